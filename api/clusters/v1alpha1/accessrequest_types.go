@@ -1,0 +1,111 @@
+package v1alpha1
+
+import (
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openmcp-local/cluster-provider/api/common"
+)
+
+// AccessRequestSpec asks for access to a cluster, by token or by OIDC.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.token) != has(self.oidc)",message="exactly one of spec.token and spec.oidc must be set"
+// +kubebuilder:validation:XValidation:rule="has(self.clusterRef) || has(self.requestRef)",message="at least one of spec.clusterRef and spec.requestRef must be set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterRef) || (has(self.clusterRef) && self.clusterRef == oldSelf.clusterRef)",message="spec.clusterRef is immutable once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.requestRef) || (has(self.requestRef) && self.requestRef == oldSelf.requestRef)",message="spec.requestRef is immutable once set"
+type AccessRequestSpec struct {
+	// ClusterRef references the Cluster to access. It takes precedence over requestRef; the
+	// central AccessRequest controller fills it from requestRef when empty.
+	// +optional
+	ClusterRef *common.ObjectReference `json:"clusterRef,omitempty"`
+
+	// RequestRef references a ClusterRequest whose granted Cluster is to be accessed.
+	// +optional
+	RequestRef *common.ObjectReference `json:"requestRef,omitempty"`
+
+	// Token requests token-based access through a ServiceAccount and RBAC.
+	// +optional
+	Token *TokenConfig `json:"token,omitempty"`
+
+	// OIDC requests OIDC-based access.
+	// +optional
+	OIDC *OIDCConfig `json:"oidc,omitempty"`
+}
+
+// TokenConfig describes the permissions a token-based access grants.
+type TokenConfig struct {
+	// Permissions become a Role (namespace set) or ClusterRole (namespace empty) each, bound to
+	// the access's ServiceAccount.
+	// +optional
+	Permissions []PermissionsRequest `json:"permissions,omitempty"`
+
+	// RoleRefs are existing (Cluster)Roles bound to the access's ServiceAccount.
+	// +optional
+	RoleRefs []common.RoleRef `json:"roleRefs,omitempty"`
+}
+
+// PermissionsRequest is a set of RBAC rules, granted cluster-wide or in one namespace.
+type PermissionsRequest struct {
+	// Name of the generated (Cluster)Role; generated when empty.
+	// +optional
+	Name string `json:"name,omitempty"`
+
+	// Namespace makes this a Role in that namespace; empty makes it a ClusterRole.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Rules of the (Cluster)Role.
+	Rules []rbacv1.PolicyRule `json:"rules"`
+}
+
+// OIDCConfig requests OIDC-based access: the trust relationship plus additional roles.
+type OIDCConfig struct {
+	common.OIDCProviderConfig `json:",inline"`
+
+	// Roles are additional (Cluster)Roles to create, for the role bindings to reference.
+	// +optional
+	Roles []PermissionsRequest `json:"roles,omitempty"`
+}
+
+// AccessRequestStatus is the observed state of an AccessRequest. Phase is Pending, Granted or
+// Denied.
+type AccessRequestStatus struct {
+	common.Status `json:",inline"`
+
+	// SecretRef names the Secret, in the AccessRequest's namespace, that holds the access
+	// (keys kubeconfig, expirationTimestamp, creationTimestamp).
+	// +optional
+	SecretRef *common.LocalObjectReference `json:"secretRef,omitempty"`
+}
+
+// AccessRequest asks the responsible ClusterProvider for access to a cluster. The central
+// AccessRequest controller labels it with that provider and profile first.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=ar
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/provider"
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/profile",priority=1
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=".spec.clusterRef.name"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type AccessRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   AccessRequestSpec   `json:"spec"`
+	Status AccessRequestStatus `json:"status,omitempty"`
+}
+
+// AccessRequestList is a list of AccessRequests.
+//
+// +kubebuilder:object:root=true
+type AccessRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AccessRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&AccessRequest{}, &AccessRequestList{})
+}

@@ -1,0 +1,64 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openmcp-local/cluster-provider/api/common"
+)
+
+// ClusterRequestSpec asks the scheduler for a cluster of a purpose.
+type ClusterRequestSpec struct {
+	// Purpose of the requested cluster. It cannot be changed.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.purpose is immutable"
+	Purpose string `json:"purpose"`
+}
+
+// ClusterRequestStatus is the observed state of a ClusterRequest. Phase is Pending, Granted or
+// Denied.
+type ClusterRequestStatus struct {
+	common.Status `json:",inline"`
+
+	// Cluster references the Cluster assigned to this request once it is Granted.
+	// +optional
+	Cluster *common.ObjectReference `json:"cluster,omitempty"`
+}
+
+// ClusterRequest asks for a cluster; the scheduler answers it with a Cluster reference.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=cr
+// +kubebuilder:printcolumn:name="Purpose",type=string,JSONPath=".spec.purpose"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=".status.cluster.name"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type ClusterRequest struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ClusterRequestSpec   `json:"spec,omitempty"`
+	Status ClusterRequestStatus `json:"status,omitempty"`
+}
+
+// GetPurposes returns the request's single purpose; it makes ClusterRequest an
+// ObjectWithPurposes.
+func (r *ClusterRequest) GetPurposes() []string {
+	if r.Spec.Purpose == "" {
+		return nil
+	}
+	return []string{r.Spec.Purpose}
+}
+
+// ClusterRequestList is a list of ClusterRequests.
+//
+// +kubebuilder:object:root=true
+type ClusterRequestList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterRequest `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterRequest{}, &ClusterRequestList{})
+}

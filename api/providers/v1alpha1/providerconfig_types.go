@@ -1,0 +1,93 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+)
+
+// Backend is the kind of machinery that runs the clusters of a profile.
+// +kubebuilder:validation:Enum=local;kind
+type Backend string
+
+const (
+	// BackendLocal runs a kube-apiserver and etcd per Cluster as local processes.
+	BackendLocal Backend = "local"
+	// BackendKind runs a kind cluster per Cluster (needs a Docker engine).
+	BackendKind Backend = "kind"
+)
+
+// ProviderConfigSpec configures one ClusterProfile of this ClusterProvider.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.local) || self.backend == 'local'",message="spec.local is only allowed with backend local"
+// +kubebuilder:validation:XValidation:rule="!has(self.kind) || self.backend == 'kind'",message="spec.kind is only allowed with backend kind"
+type ProviderConfigSpec struct {
+	// Backend runs the clusters: local or kind. It cannot be changed.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend is immutable; create a new ProviderConfig for another backend"
+	Backend Backend `json:"backend"`
+
+	// SupportedVersions are the Kubernetes versions offered, published in the ClusterProfile.
+	// +optional
+	SupportedVersions []clustersv1alpha1.SupportedK8sVersion `json:"supportedVersions,omitempty"`
+
+	// DefaultVersion is used for Clusters that do not ask for a version. It must be one of the
+	// supported, non-deprecated versions.
+	// +optional
+	DefaultVersion string `json:"defaultVersion,omitempty"`
+
+	// Local holds settings of the local backend.
+	// +optional
+	Local *LocalBackendConfig `json:"local,omitempty"`
+
+	// Kind holds settings of the kind backend.
+	// +optional
+	Kind *KindBackendConfig `json:"kind,omitempty"`
+}
+
+// LocalBackendConfig holds settings of the local backend. It has none yet.
+type LocalBackendConfig struct{}
+
+// KindBackendConfig holds settings of the kind backend. It has none yet.
+type KindBackendConfig struct{}
+
+// ProviderConfigStatus is the observed state of a ProviderConfig. Phase is Ready, Progressing
+// or Terminating.
+type ProviderConfigStatus struct {
+	common.Status `json:",inline"`
+
+	// Profile names the ClusterProfile generated from this ProviderConfig.
+	// +optional
+	Profile string `json:"profile,omitempty"`
+}
+
+// ProviderConfig configures one ClusterProfile of this ClusterProvider and the controllers that
+// serve it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=pc
+// +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=".spec.backend"
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=".status.profile"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
+type ProviderConfig struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProviderConfigSpec   `json:"spec"`
+	Status ProviderConfigStatus `json:"status,omitempty"`
+}
+
+// ProviderConfigList is a list of ProviderConfigs.
+//
+// +kubebuilder:object:root=true
+type ProviderConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ProviderConfig `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ProviderConfig{}, &ProviderConfigList{})
+}

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+)
+
+// TestStatusSubresource checks, for every kind with a status, that the status is written only
+// through the status subresource (a main-resource update leaves it alone) and that the status
+// subresource does not change the spec or the generation.
+func TestStatusSubresource(t *testing.T) {
+	ns := env.Namespace(t)
+	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Test", Message: "set by the test"}
+	tests := []struct {
+		name      string
+		obj       client.Object
+		setStatus func(client.Object)
+		status    func(client.Object) *common.Status
+	}{
+		{
+			name: "Cluster",
+			obj:  fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
+			setStatus: func(o client.Object) {
+				c := o.(*clustersv1alpha1.Cluster)
+				c.Status.APIServer = "https://127.0.0.1:6443"
+				c.Status.ProviderStatus = &runtime.RawExtension{Raw: []byte(`{"backend":"local","pid":42}`)}
+				c.Status.Endpoints = []clustersv1alpha1.Endpoint{{Name: "api", URL: "https://127.0.0.1:6443"}}
+			},
+			status: func(o client.Object) *common.Status { return &o.(*clustersv1alpha1.Cluster).Status.Status },
+		},
+		{
+			name: "AccessRequest",
+			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			setStatus: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Status.SecretRef = &common.LocalObjectReference{Name: "access"}
+			},
+			status: func(o client.Object) *common.Status { return &o.(*clustersv1alpha1.AccessRequest).Status.Status },
+		},
+		{
+			name: "ClusterRequest",
+			obj:  &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "cr-"}, Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}},
+			setStatus: func(o client.Object) {
+				o.(*clustersv1alpha1.ClusterRequest).Status.Cluster = &common.ObjectReference{Name: "c1", Namespace: "ns1"}
+			},
+			status: func(o client.Object) *common.Status { return &o.(*clustersv1alpha1.ClusterRequest).Status.Status },
+		},
+		{
+			name:      "ProviderConfig",
+			obj:       fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			setStatus: func(o client.Object) { o.(*providersv1alpha1.ProviderConfig).Status.Profile = "default.local.pc" },
+			status:    func(o client.Object) *common.Status { return &o.(*providersv1alpha1.ProviderConfig).Status.Status },
+		},
+	}
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.obj.DeepCopyObject().(client.Object)
+			setNamespace(obj, ns)
+			require.NoError(t, env.Client.Create(ctx, obj))
+			generation := obj.GetGeneration()
+
+			// A status written with a plain update is dropped.
+			ignored := obj.DeepCopyObject().(client.Object)
+			tt.status(ignored).Phase = "Ignored"
+			require.NoError(t, env.Client.Update(ctx, ignored))
+			assert.Empty(t, tt.status(ignored).Phase, "the main resource must not accept status")
+
+			// The status subresource stores the whole status.
+			want := ignored.DeepCopyObject().(client.Object)
+			tt.setStatus(want)
+			st := tt.status(want)
+			st.ObservedGeneration = generation
+			st.Phase = common.PhaseReady
+			meta.SetStatusCondition(&st.Conditions, cond)
+			require.NoError(t, env.Client.Status().Update(ctx, want))
+
+			got := obj.DeepCopyObject().(client.Object)
+			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(obj), got))
+			assert.Equal(t, generation, got.GetGeneration(), "a status write must not bump the generation")
+			gotStatus := tt.status(got)
+			assert.Equal(t, generation, gotStatus.ObservedGeneration)
+			assert.Equal(t, common.PhaseReady, gotStatus.Phase)
+			require.NotNil(t, meta.FindStatusCondition(gotStatus.Conditions, "Ready"))
+			assert.Equal(t, metav1.ConditionTrue, meta.FindStatusCondition(gotStatus.Conditions, "Ready").Status)
+			// The kind-specific fields round-trip too: compare them by re-applying setStatus.
+			expected := got.DeepCopyObject().(client.Object)
+			tt.setStatus(expected)
+			assert.Equal(t, expected, got, "kind-specific status fields must be stored")
+		})
+	}
+}
