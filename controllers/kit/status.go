@@ -1,0 +1,74 @@
+package kit
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/openmcp-local/cluster-provider/api/common"
+)
+
+// SetCondition sets a condition of status for the object's generation; the transition time
+// changes only when the condition's status does (meta.SetStatusCondition). Conditions of other
+// types are kept.
+func SetCondition(s *common.Status, generation int64, condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+		Type:               condType,
+		Status:             status,
+		ObservedGeneration: generation,
+		Reason:             reason,
+		Message:            message,
+	})
+}
+
+// ReconciledPhase sets observedGeneration and derives the phase as controller-guidelines.md
+// asks: Terminating while deleting, Ready if every condition is True, Progressing otherwise.
+func ReconciledPhase(s *common.Status, generation int64, deleting bool) {
+	s.ObservedGeneration = generation
+	switch {
+	case deleting:
+		s.Phase = common.PhaseTerminating
+	case allTrue(s.Conditions):
+		s.Phase = common.PhaseReady
+	default:
+		s.Phase = common.PhaseProgressing
+	}
+}
+
+func allTrue(conds []metav1.Condition) bool {
+	for _, c := range conds {
+		if c.Status != metav1.ConditionTrue {
+			return false
+		}
+	}
+	return true
+}
+
+// ReasonError is an error that carries the condition reason it should be reported with. Wrap it
+// with %w; ReasonOf finds it again.
+type ReasonError struct {
+	Reason string
+	Err    error
+}
+
+// Error returns the message, which is meant for the user: it says what to fix.
+func (e *ReasonError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *ReasonError) Unwrap() error { return e.Err }
+
+// Errorf returns a ReasonError with a formatted message.
+func Errorf(reason, format string, args ...any) error {
+	return &ReasonError{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf returns the reason of the first ReasonError in err's chain, or fallback.
+func ReasonOf(err error, fallback string) string {
+	var re *ReasonError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	return fallback
+}
