@@ -1,0 +1,72 @@
+package accessrequest
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+)
+
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=get;patch;update
+
+// Reconciler reconciles the AccessRequests of one ClusterProfile.
+type Reconciler struct {
+	// Client reads from the shared cache and writes to the API server.
+	Client client.Client
+	// Recorder emits Events on AccessRequests.
+	Recorder events.EventRecorder
+	// ProviderName is this operator's --provider-name.
+	ProviderName string
+	// Profile is the name of the ClusterProfile this instance serves.
+	Profile string
+}
+
+// Reconcile answers one prepared AccessRequest.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	ar := &clustersv1alpha1.AccessRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ar); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.Profile == "" || ProfileOf(ar, r.ProviderName) != r.Profile {
+		return reconcile.Result{}, nil
+	}
+	switch kit.OperationOf(ar) {
+	case kit.OperationIgnore:
+		log.FromContext(ctx).V(1).Info("Ignoring AccessRequest: it has the ignore operation annotation", "accessRequest", klog.KObj(ar))
+		return reconcile.Result{}, nil
+	case kit.OperationReconcile:
+		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, ar); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if !ar.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	base := ar.DeepCopy()
+	setPendingNoBackend(ar)
+	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, ar, statusOf); err != nil {
+		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
+	}
+	return reconcile.Result{}, nil
+}
+
+// ProfileOf returns the profile an AccessRequest was prepared for, if the central labeller
+// assigned it to providerName (provider label equal to providerName and a profile label set);
+// else "". Only such AccessRequests are this provider's to answer.
+func ProfileOf(ar client.Object, providerName string) string {
+	l := ar.GetLabels()
+	if l[clustersv1alpha1.ProviderLabel] != providerName {
+		return ""
+	}
+	return l[clustersv1alpha1.ProfileLabel]
+}
+
+func statusOf(ar *clustersv1alpha1.AccessRequest) any { return ar.Status }

@@ -1,0 +1,103 @@
+package providerconfig
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/manager"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+
+const (
+	testProvider    = "test"
+	testEnvironment = "default"
+)
+
+// countingEngine counts, per profile, the starts that really (re)started it.
+type countingEngine struct {
+	*manager.Engine
+	mu     sync.Mutex
+	starts map[string]int
+}
+
+func (c *countingEngine) StartProfile(ctx context.Context, p manager.Profile) error {
+	hash, running := c.Engine.Running(p.Name)
+	if err := c.Engine.StartProfile(ctx, p); err != nil {
+		return err
+	}
+	if !running || hash != p.Hash {
+		c.mu.Lock()
+		c.starts[p.Name]++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+func (c *countingEngine) startsOf(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.starts[name]
+}
+
+// startOperator runs what `cluster-provider run` runs (engine, ProviderConfig controller,
+// per-profile reconcilers) in a manager until the test ends. Every test starts its own, so that
+// one test can also restart it; they all use the same provider name, as restarts of one
+// operator do.
+func startOperator(t *testing.T) *countingEngine {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:     testenv.Scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	e, err := manager.New(ctx, mgr.GetCache(), manager.Options{Scheme: testenv.Scheme, Kinds: profile.Kinds(testProvider)})
+	require.NoError(t, err)
+	require.NoError(t, mgr.Add(e))
+	counting := &countingEngine{Engine: e, starts: map[string]int{}}
+	rec := &Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("providerconfig"),
+		Engine:   counting,
+		Builder: &profile.Builder{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("cluster-provider"), ProviderName: testProvider,
+		},
+		ProviderName: testProvider,
+		Environment:  testEnvironment,
+	}
+	require.NoError(t, rec.SetupWithManager(mgr))
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Error("the operator did not stop")
+		}
+		<-e.Done()
+	})
+	<-e.Ready()
+	return counting
+}
+
+func profileName(pc *providersv1alpha1.ProviderConfig) string {
+	return profile.Name(testEnvironment, testProvider, pc.Name)
+}
