@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -19,14 +18,7 @@ import (
 
 // Reconciler reconciles the AccessRequests of one ClusterProfile.
 type Reconciler struct {
-	// Client reads from the shared cache and writes to the API server.
-	Client client.Client
-	// Recorder emits Events on AccessRequests.
-	Recorder events.EventRecorder
-	// ProviderName is this operator's --provider-name.
-	ProviderName string
-	// Profile is the name of the ClusterProfile this instance serves.
-	Profile string
+	kit.ProfileScope
 }
 
 // Reconcile answers one prepared AccessRequest.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -22,14 +21,7 @@ import (
 
 // Reconciler reconciles the Clusters of one ClusterProfile.
 type Reconciler struct {
-	// Client reads from the shared cache and writes to the API server.
-	Client client.Client
-	// Recorder emits Events on Clusters.
-	Recorder events.EventRecorder
-	// ProviderName is this operator's --provider-name.
-	ProviderName string
-	// Profile is the name of the ClusterProfile this instance serves.
-	Profile string
+	kit.ProfileScope
 }
 
 // Reconcile follows the usual shape: fetch, responsibility check, operation annotation,

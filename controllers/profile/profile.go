@@ -83,16 +83,13 @@ type Builder struct {
 // Build returns the profile named name serving pc: its reconcilers and the hash of pc's spec, so
 // that a spec change restarts them.
 func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manager.Profile {
+	scope := kit.ProfileScope{Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name}
 	return manager.Profile{
 		Name: name,
 		Hash: SpecHash(pc),
 		Reconcilers: map[string]reconcile.Reconciler{
-			KindCluster: &cluster.Reconciler{
-				Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
-			},
-			KindAccessRequest: &accessrequest.Reconciler{
-				Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
-			},
+			KindCluster:       &cluster.Reconciler{ProfileScope: scope},
+			KindAccessRequest: &accessrequest.Reconciler{ProfileScope: scope},
 		},
 	}
 }
