@@ -76,6 +76,7 @@ type Engine struct {
 	routes   map[string]map[string]*controller // kind -> profile -> controller
 	profiles map[string]*profileRun
 	runCtx   context.Context
+	closing  bool // set once Start stops everything; no profile may be published after
 
 	startOnce sync.Once
 }
@@ -231,7 +232,9 @@ func (e *Engine) StartProfile(ctx context.Context, p Profile) error {
 		e.stopLocked(p.Name)
 	}
 	if err := e.startLocked(runCtx, p); err != nil {
-		metricStartErrors.Inc()
+		if !errors.Is(err, ErrStopped) {
+			metricStartErrors.Inc()
+		}
 		return err
 	}
 	return nil
@@ -292,6 +295,14 @@ func (e *Engine) startLocked(runCtx context.Context, p Profile) error {
 	}
 
 	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		cancel()
+		for _, c := range run.controllers {
+			c.stop()
+		}
+		return ErrStopped
+	}
 	e.profiles[p.Name] = run
 	for _, c := range run.controllers {
 		e.routes[c.kind][p.Name] = c
@@ -345,6 +356,9 @@ func (e *Engine) stopLocked(name string) {
 }
 
 func (e *Engine) stopAll() {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, name := range e.Profiles() {
 		wg.Add(1)

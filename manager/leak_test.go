@@ -2,6 +2,9 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,3 +109,53 @@ func TestStartStopCyclesLeakNothing(t *testing.T) {
 }
 
 func testutilRunning() float64 { return testutil.ToFloat64(metricRunning) }
+
+// TestStartRacingShutdown starts profiles while the engine shuts down: afterwards no profile
+// runs and no goroutine of the engine is left, whichever side won each race.
+func TestStartRacingShutdown(t *testing.T) {
+	c, err := cache.New(env.Config, cache.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	cacheCtx, stopCache := context.WithCancel(context.Background())
+	defer stopCache()
+	go func() { _ = c.Start(cacheCtx) }()
+	require.True(t, c.WaitForCacheSync(cacheCtx))
+	engineCtx, stopEngine := context.WithCancel(context.Background())
+	e, err := New(engineCtx, c, Options{Scheme: testenv.Scheme, Kinds: testKinds()})
+	require.NoError(t, err)
+	// Let the shared informers exist before the baseline.
+	for _, k := range testKinds() {
+		_, err := c.GetInformer(cacheCtx, k.Object)
+		require.NoError(t, err)
+	}
+	baseline := goleak.IgnoreCurrent()
+
+	engineDone := make(chan error, 1)
+	go func() { engineDone <- e.Start(engineCtx) }()
+	<-e.Ready()
+	var wg sync.WaitGroup
+	var started, refused atomic.Int32
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; ; j++ {
+				err := e.StartProfile(context.Background(), profileOf(fmt.Sprintf("race-%d-%d", i, j), "1", noop, noop))
+				if err != nil {
+					assert.ErrorIs(t, err, ErrStopped)
+					refused.Add(1)
+					return
+				}
+				started.Add(1)
+			}
+		}()
+	}
+	for started.Load() < 100 {
+		runtime.Gosched()
+	}
+	stopEngine()
+	require.NoError(t, <-engineDone)
+	wg.Wait()
+	assert.Empty(t, e.Profiles(), "no profile runs after shutdown")
+	assert.EqualValues(t, 50, refused.Load())
+	goleak.VerifyNone(t, baseline)
+}
