@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -20,6 +21,8 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/manager"
 )
 
 const wait = 30 * time.Second
@@ -381,4 +384,38 @@ func TestClusterOperationAnnotations(t *testing.T) {
 		_, annotated := cur.Annotations[constants.OperationAnnotation]
 		return !annotated
 	}, "the reconcile annotation was not removed")
+}
+
+// fakeEngine runs nothing; it remembers which profiles it was asked to run.
+type fakeEngine struct{ running map[string]string }
+
+func (f *fakeEngine) StartProfile(_ context.Context, p manager.Profile) error {
+	f.running[p.Name] = p.Hash
+	return nil
+}
+func (f *fakeEngine) StopProfile(name string) { delete(f.running, name) }
+func (f *fakeEngine) Running(name string) (string, bool) {
+	h, ok := f.running[name]
+	return h, ok
+}
+
+// TestFirstReconcileSucceeds calls Reconcile once on a new ProviderConfig with an uncached
+// client: the finalizer patch and the status patch must not conflict with each other (the
+// status patch is locked on the resourceVersion the finalizer patch returned).
+func TestFirstReconcileSucceeds(t *testing.T) {
+	pc := newProviderConfig(t)
+	f := &fakeEngine{running: map[string]string{}}
+	r := &Reconciler{
+		Client:       env.Client,
+		Engine:       f,
+		Builder:      &profile.Builder{Client: env.Client, ProviderName: testProvider},
+		ProviderName: testProvider,
+		Environment:  testEnvironment,
+	}
+	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pc)})
+	require.NoError(t, err)
+	got, _ := get(t, client.ObjectKeyFromObject(pc), &providersv1alpha1.ProviderConfig{})
+	assert.Equal(t, common.PhaseReady, got.Status.Phase)
+	assert.Contains(t, got.Finalizers, kit.Finalizer(testProvider))
+	assert.Contains(t, f.running, profileName(pc))
 }

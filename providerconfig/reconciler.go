@@ -115,6 +115,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 	if !pc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, pc, name)
 	}
+	if err := r.ensureFinalizer(ctx, pc); err != nil {
+		return reconcile.Result{}, err
+	}
+	// The snapshot is taken after the finalizer patch: the status patch is locked on its
+	// resourceVersion.
 	base := pc.DeepCopy()
 	defer func() {
 		finish(pc)
@@ -126,9 +131,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.ProviderConfig, name string) (reconcile.Result, error) {
-	if err := r.ensureFinalizer(ctx, pc); err != nil {
-		return reconcile.Result{}, err
-	}
 	pc.Status.Profile = name
 	if err := validate(pc, name); err != nil {
 		r.event(pc, "Warning", ReasonInvalidSpec, "Validate", "The spec is invalid; nothing changes until it is fixed: %v", err)

@@ -12,31 +12,17 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
 )
 
 // Scheme knows the built-in kinds, CRDs and every kind of this project.
-var Scheme = newScheme()
-
-func newScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(apiextensionsv1.AddToScheme(s))
-	utilruntime.Must(clustersv1alpha1.AddToScheme(s))
-	utilruntime.Must(providersv1alpha1.AddToScheme(s))
-	return s
-}
+var Scheme = apischeme.New()
 
 // Env is a running API server with the project's CRDs installed.
 type Env struct {
