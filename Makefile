@@ -34,9 +34,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code and CRDs (deploy/crds).
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs (deploy/crds) and RBAC (deploy/rbac).
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=deploy/crds
+	$(CONTROLLER_GEN) rbac:roleName=cluster-provider paths=./cmd/... paths=./controllers/... paths=./providerconfig/... output:rbac:artifacts:config=deploy/rbac
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -47,9 +48,9 @@ verify: generate ## gofmt, go vet, and fail if generated files are out of date.
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	go vet ./...
-	@if [ -n "$$(git status --porcelain -- api deploy/crds)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api deploy/crds deploy/rbac)" ]; then \
 	  echo "generated files are out of date; run 'make generate' and commit:"; \
-	  git status --porcelain -- api deploy/crds; git diff --stat -- api deploy/crds; exit 1; fi
+	  git status --porcelain -- api deploy/crds deploy/rbac; git diff --stat -- api deploy/crds deploy/rbac; exit 1; fi
 
 .PHONY: test
 test: envtest ## Run all tests with the race detector against envtest.
@@ -62,6 +63,10 @@ bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/ben
 .PHONY: fuzz
 fuzz: ## Fuzz the selector decoder for FUZZTIME (default 30s).
 	go test ./api/clusters/v1alpha1 -run '^$$' -fuzz FuzzSelector -fuzztime $${FUZZTIME:-30s}
+
+.PHONY: run
+run: envtest ## Run the operator locally: a control plane in .run/ (or $KUBECONFIG's), CRDs, samples.
+	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/run.sh
 
 ##@ Build
 

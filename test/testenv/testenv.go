@@ -63,6 +63,16 @@ func Start() (*Env, error) {
 	return &Env{Config: cfg, Client: c, env: env}, nil
 }
 
+// User returns a rest.Config of a new user, authenticated by a client certificate, with the
+// given groups. The API server authorizes it by RBAC only: it may do what bindings grant.
+func (e *Env) User(name string, groups ...string) (*rest.Config, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding envtest user %s: %w", name, err)
+	}
+	return u.Config(), nil
+}
+
 // Stop stops the API server and etcd.
 func (e *Env) Stop() error { return e.env.Stop() }
 

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/openmcp-local/cluster-provider/controllers/labeller"
+)
+
+// Config is the operator's configuration file (--config). Every section is optional; a missing
+// file flag means the zero Config.
+type Config struct {
+	// AccessRequest configures the central AccessRequest labeller (--controllers accessrequest):
+	// `accessRequest: {selector: <label selector>}`, as the AccessRequest controller's
+	// Configuration section describes.
+	AccessRequest *labeller.Config `json:"accessRequest,omitempty"`
+}
+
+// loadConfig reads, strictly decodes and validates the configuration file at path. An empty path
+// is the zero Config. Errors name the file and the offending field, e.g.
+// `unknown field "accessRequest.selectr"` or `accessRequest.selector.matchExpressions[0].operator`.
+func loadConfig(path string) (*Config, error) {
+	c := &Config{}
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	if err := decodeConfig(data, c); err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("--config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// decodeConfig decodes YAML into c, case-sensitively, rejecting duplicate and unknown fields with
+// their full path.
+func decodeConfig(data []byte, c *Config) error {
+	j, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return err
+	}
+	strict, err := json.UnmarshalStrict(j, c, json.DisallowUnknownFields, json.DisallowDuplicateFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+// Validate reports every invalid field of c, naming its path.
+func (c *Config) Validate() error {
+	return c.AccessRequest.Validate()
+}
+
+// AccessRequestSelector is the labeller's selector: labels.Everything() unless the
+// accessRequest section sets one.
+func (c *Config) AccessRequestSelector() (labels.Selector, error) {
+	return c.AccessRequest.AsSelector()
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
+	"github.com/openmcp-local/cluster-provider/deploy/crds"
+)
+
+// fieldManager owns what `init` applies.
+const fieldManager = "cluster-provider"
+
+// establishedPoll is how often init checks whether the CRDs are Established.
+const establishedPoll = 200 * time.Millisecond
+
+// initCluster server-side applies the embedded CRDs (forcing ownership, so that re-running it
+// takes back fields someone else changed) and waits until each is Established. Running it again
+// changes nothing.
+func initCluster(ctx context.Context, o *initOptions, stdout io.Writer) error {
+	objs, err := crds.CRDs()
+	if err != nil {
+		return fmt.Errorf("reading the embedded CRDs: %w", err)
+	}
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: apischeme.New()})
+	if err != nil {
+		return fmt.Errorf("connecting to the API server: %w", err)
+	}
+	for _, crd := range objs {
+		if err := applyCRD(ctx, c, crd); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s serverside-applied\n", crd.Name)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	for _, crd := range objs {
+		if err := waitEstablished(waitCtx, c, crd.Name, o.Timeout); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s established\n", crd.Name)
+	}
+	return nil
+}
+
+// applyCRD server-side applies crd as field manager "cluster-provider".
+func applyCRD(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) error {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(crd)
+	if err != nil {
+		return fmt.Errorf("converting CustomResourceDefinition %s: %w", crd.Name, err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	// The typed object carries zero values the files do not set; none of them are ours to own.
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	u.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying CustomResourceDefinition %s: %w", crd.Name, err)
+	}
+	return nil
+}
+
+// waitEstablished waits until the CRD named name is Established. On timeout the error says which
+// conditions are not True and why.
+func waitEstablished(ctx context.Context, c client.Client, name string, timeout time.Duration) error {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	var lastErr error
+	err := wait.PollUntilContextCancel(ctx, establishedPoll, true, func(ctx context.Context) (bool, error) {
+		if lastErr = c.Get(ctx, client.ObjectKey{Name: name}, crd); lastErr != nil {
+			return false, nil
+		}
+		return isEstablished(crd), nil
+	})
+	if err == nil {
+		return nil
+	}
+	if errors.Is(context.Cause(ctx), context.Canceled) {
+		return fmt.Errorf("waiting for CustomResourceDefinition %s: %w", name, err)
+	}
+	why := notTrue(crd)
+	if lastErr != nil {
+		why = lastErr.Error()
+	}
+	return fmt.Errorf("CustomResourceDefinition %s is not Established after %s (--timeout): %s", name, timeout, why)
+}
+
+func isEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, cond := range crd.Status.Conditions {
+		if cond.Type == apiextensionsv1.Established {
+			return cond.Status == apiextensionsv1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// notTrue describes the CRD's conditions that are not True, e.g.
+// "NamesAccepted=False (NameConflict: ...)".
+func notTrue(crd *apiextensionsv1.CustomResourceDefinition) string {
+	var parts []string
+	for _, cond := range crd.Status.Conditions {
+		if cond.Status != apiextensionsv1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s=%s (%s: %s)", cond.Type, cond.Status, cond.Reason, cond.Message))
+		}
+	}
+	if len(parts) == 0 {
+		return "the API server has not reported the Established condition yet"
+	}
+	return strings.Join(parts, "; ")
+}

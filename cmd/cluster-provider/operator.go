@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
+	"github.com/openmcp-local/cluster-provider/controllers/labeller"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/manager"
+	"github.com/openmcp-local/cluster-provider/providerconfig"
+)
+
+// Event reporters (the events.k8s.io reportingController) of the controllers wired here; the
+// labeller names its own (labeller.ControllerName).
+const (
+	reporterProviderConfig = "providerconfig"
+	reporterProfile        = "cluster-provider"
+)
+
+// readyzCacheTimeout bounds how long one /readyz request waits for the cache to sync.
+const readyzCacheTimeout = 500 * time.Millisecond
+
+// restConfig loads the kubeconfig at path, or else the usual places ($KUBECONFIG, in-cluster,
+// ~/.kube/config). Client-side rate limiting is off, as with ctrl.GetConfig: the API server's
+// priority and fairness does that job.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("loading the kubeconfig (set --kubeconfig or KUBECONFIG): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", path, err)
+	}
+	if cfg.QPS == 0 {
+		cfg.QPS = -1
+	}
+	return cfg, nil
+}
+
+// Leader election (its recorder writes core/v1 Events) and `init`:
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;patch;update
+
+// newOperator builds the manager of `run`: the engine that runs each ClusterProfile's
+// controllers, the ProviderConfig controller and the AccessRequest labeller as enabled, and the
+// health checks. Nothing runs until the manager starts.
+func newOperator(ctx context.Context, o *runOptions, c *Config, log logr.Logger) (ctrl.Manager, error) {
+	cfg, err := restConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	scheme := apischeme.New()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.ProviderName + ".cluster-provider.openmcp.cloud",
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+
+	engine, err := manager.New(ctx, mgr.GetCache(), manager.Options{
+		Scheme: scheme,
+		Kinds:  profile.Kinds(o.ProviderName),
+		Logger: log.WithName("engine"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller engine: %w", err)
+	}
+	if err := mgr.Add(engine); err != nil {
+		return nil, fmt.Errorf("adding the controller engine: %w", err)
+	}
+
+	if o.Enabled[controllerProviderConfig] {
+		r := &providerconfig.Reconciler{
+			Client:   mgr.GetClient(),
+			Recorder: mgr.GetEventRecorder(reporterProviderConfig),
+			Engine:   engine,
+			Builder: &profile.Builder{
+				Client:       mgr.GetClient(),
+				Recorder:     mgr.GetEventRecorder(reporterProfile),
+				ProviderName: o.ProviderName,
+			},
+			ProviderName: o.ProviderName,
+			Environment:  o.Environment,
+		}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the %s controller: %w", controllerProviderConfig, err)
+		}
+	}
+	if o.Enabled[controllerAccessRequest] {
+		selector, err := c.AccessRequestSelector()
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		r := &labeller.Reconciler{Selector: selector}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the %s controller: %w", controllerAccessRequest, err)
+		}
+	}
+
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("cache-synced", cacheSynced(mgr.GetCache())); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// cacheSynced is a readiness check that passes once the shared cache has synced.
+func cacheSynced(c cache.Cache) healthz.Checker {
+	return func(req *http.Request) error {
+		ctx, cancel := context.WithTimeout(req.Context(), readyzCacheTimeout)
+		defer cancel()
+		if !c.WaitForCacheSync(ctx) {
+			return errors.New("the shared cache has not synced yet")
+		}
+		return nil
+	}
+}

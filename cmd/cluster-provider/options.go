@@ -1,0 +1,217 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// The names --controllers accepts.
+const (
+	controllerProviderConfig = "providerconfig"
+	controllerAccessRequest  = "accessrequest"
+)
+
+// knownControllers are the valid --controllers names, sorted. All of them run by default.
+var knownControllers = []string{controllerAccessRequest, controllerProviderConfig}
+
+// runOptions are the flags of `cluster-provider run`.
+type runOptions struct {
+	// ProviderName is --provider-name: this operator's name in ClusterProfiles, labels and the
+	// leader election lease. Required; a DNS label.
+	ProviderName string
+	// Environment is --environment, the first part of ClusterProfile names. Default "default".
+	Environment string
+	// Controllers is --controllers as given; Enabled holds it parsed by validate.
+	Controllers string
+	// Enabled are the controllers to run, filled by validate.
+	Enabled map[string]bool
+	// ConfigPath is --config, the optional configuration file.
+	ConfigPath string
+	// Kubeconfig is --kubeconfig; empty means $KUBECONFIG, in-cluster or ~/.kube/config.
+	Kubeconfig string
+	// LeaderElect is --leader-elect. Default false.
+	LeaderElect bool
+	// LeaderElectionNamespace is --leader-election-namespace; empty means the pod's namespace.
+	LeaderElectionNamespace string
+	// MetricsBindAddress is --metrics-bind-address; "0" disables the metrics endpoint.
+	MetricsBindAddress string
+	// HealthProbeBindAddress is --health-probe-bind-address (/healthz, /readyz); "0" disables it.
+	HealthProbeBindAddress string
+	// Zap holds the --zap-* logging flags.
+	Zap zap.Options
+}
+
+// newRunFlags binds the flags of `run` to o, with their defaults.
+func newRunFlags(o *runOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("cluster-provider run", flag.ContinueOnError)
+	fs.StringVar(&o.ProviderName, "provider-name", "",
+		"This operator's name (required, a DNS label): ClusterProfiles name it as their provider, AccessRequests are labelled with it.")
+	fs.StringVar(&o.Environment, "environment", "default",
+		"The environment (a DNS label); ClusterProfiles are named <environment>.<provider-name>.<providerconfig>.")
+	fs.StringVar(&o.Controllers, "controllers", strings.Join(knownControllers, ","),
+		"Comma-separated controllers to run; valid are "+strings.Join(knownControllers, ", ")+".")
+	fs.StringVar(&o.ConfigPath, "config", "",
+		"Optional YAML configuration file (accessRequest.selector).")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "",
+		"Path to a kubeconfig; default $KUBECONFIG, the in-cluster config, or ~/.kube/config.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false,
+		"Elect a leader among replicas; only the leader reconciles.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "",
+		"Namespace of the leader election lease; default the pod's namespace (required out of cluster).")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080",
+		"host:port of the metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081",
+		"host:port of /healthz and /readyz; 0 disables them.")
+	o.Zap.BindFlags(fs)
+	return fs
+}
+
+// parseRunOptions parses and validates the arguments of `run`. It returns flag.ErrHelp for -h.
+func parseRunOptions(args []string) (*runOptions, error) {
+	o := &runOptions{}
+	fs := newRunFlags(o)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// validate checks every flag and fills Enabled. The error names each offending flag.
+func (o *runOptions) validate() error {
+	var errs []error
+	if o.ProviderName == "" {
+		errs = append(errs, errors.New("--provider-name is required"))
+	} else {
+		errs = append(errs, dnsLabel("--provider-name", o.ProviderName))
+	}
+	errs = append(errs, dnsLabel("--environment", o.Environment))
+	switch {
+	case o.LeaderElectionNamespace != "":
+		errs = append(errs, dnsLabel("--leader-election-namespace", o.LeaderElectionNamespace))
+	case o.LeaderElect && !fileExists(inClusterNamespaceFile):
+		errs = append(errs, errors.New("--leader-elect needs --leader-election-namespace when not running in a pod"))
+	}
+	enabled, err := parseControllers(o.Controllers)
+	errs = append(errs, err)
+	o.Enabled = enabled
+	errs = append(errs,
+		bindAddress("--metrics-bind-address", o.MetricsBindAddress),
+		bindAddress("--health-probe-bind-address", o.HealthProbeBindAddress))
+	return errors.Join(errs...)
+}
+
+// inClusterNamespaceFile holds the pod's namespace, the default of --leader-election-namespace.
+var inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// parseControllers parses a --controllers value: a comma-separated list of known names.
+func parseControllers(v string) (map[string]bool, error) {
+	enabled := map[string]bool{}
+	for name := range strings.SplitSeq(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if !slices.Contains(knownControllers, name) {
+			return nil, fmt.Errorf("--controllers: unknown controller %q; valid are %s", name, strings.Join(knownControllers, ", "))
+		}
+		enabled[name] = true
+	}
+	if len(enabled) == 0 {
+		return nil, fmt.Errorf("--controllers: name at least one controller; valid are %s", strings.Join(knownControllers, ", "))
+	}
+	return enabled, nil
+}
+
+// dnsLabel checks that v, the value of flag, is an RFC 1123 label: it becomes part of object
+// names and label values.
+func dnsLabel(flag, v string) error {
+	if msgs := validation.IsDNS1123Label(v); len(msgs) > 0 {
+		return fmt.Errorf("%s %q: %s", flag, v, strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+// bindAddress checks a listen address: "0" (disabled) or host:port with a numeric port.
+func bindAddress(flag, v string) error {
+	if v == "0" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		if _, perr := strconv.ParseUint(port, 10, 16); perr != nil {
+			err = fmt.Errorf("port %q is not a number from 0 to 65535", port)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: want host:port, or 0 to disable: %w", flag, v, err)
+	}
+	return nil
+}
+
+// initOptions are the flags of `cluster-provider init`.
+type initOptions struct {
+	// Kubeconfig is --kubeconfig, as for run.
+	Kubeconfig string
+	// Timeout is --timeout: how long to wait for the CRDs to become Established. Default 1m.
+	Timeout time.Duration
+}
+
+func newInitFlags(o *initOptions) *flag.FlagSet {
+	fs := flag.NewFlagSet("cluster-provider init", flag.ContinueOnError)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "",
+		"Path to a kubeconfig; default $KUBECONFIG, the in-cluster config, or ~/.kube/config.")
+	fs.DurationVar(&o.Timeout, "timeout", time.Minute,
+		"How long to wait for the CRDs to become Established.")
+	return fs
+}
+
+// parseInitOptions parses and validates the arguments of `init`. It returns flag.ErrHelp for -h.
+func parseInitOptions(args []string) (*initOptions, error) {
+	o := &initOptions{}
+	if err := parseFlags(newInitFlags(o), args); err != nil {
+		return nil, err
+	}
+	if o.Timeout <= 0 {
+		return nil, fmt.Errorf("--timeout %s: must be positive", o.Timeout)
+	}
+	return o, nil
+}
+
+// parseFlags parses args silently (the caller prints errors its own way) and rejects positional
+// arguments: no command takes any.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q: %s takes only flags", fs.Arg(0), fs.Name())
+	}
+	return nil
+}
+
+// printFlags writes the usage of a command and its flags to w.
+func printFlags(w io.Writer, fs *flag.FlagSet, summary string) {
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n%s\n\nFlags:\n", fs.Name(), summary)
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRunOptions(t *testing.T) {
+	// Out of a pod, whatever machine the tests run on.
+	defer func(old string) { inClusterNamespaceFile = old }(inClusterNamespaceFile)
+	inClusterNamespaceFile = filepath.Join(t.TempDir(), "namespace")
+
+	tests := map[string]struct {
+		args    []string
+		want    func(t *testing.T, o *runOptions)
+		wantErr []string // substrings of the error, each naming the flag; none means valid
+	}{
+		"defaults": {
+			args: []string{"--provider-name", "local"},
+			want: func(t *testing.T, o *runOptions) {
+				assert.Equal(t, "local", o.ProviderName)
+				assert.Equal(t, "default", o.Environment)
+				assert.Equal(t, map[string]bool{controllerProviderConfig: true, controllerAccessRequest: true}, o.Enabled)
+				assert.Equal(t, ":8080", o.MetricsBindAddress)
+				assert.Equal(t, ":8081", o.HealthProbeBindAddress)
+				assert.False(t, o.LeaderElect)
+				assert.Empty(t, o.LeaderElectionNamespace)
+				assert.Empty(t, o.ConfigPath)
+				assert.Empty(t, o.Kubeconfig)
+			},
+		},
+		"every flag": {
+			args: []string{
+				"--provider-name=kind", "--environment=prod", "--controllers", " providerconfig ",
+				"--config=/etc/cp.yaml", "--kubeconfig=/tmp/kc", "--leader-elect",
+				"--leader-election-namespace=openmcp-system", "--metrics-bind-address=0",
+				"--health-probe-bind-address=127.0.0.1:9440", "--zap-log-level=debug",
+			},
+			want: func(t *testing.T, o *runOptions) {
+				assert.Equal(t, "kind", o.ProviderName)
+				assert.Equal(t, "prod", o.Environment)
+				assert.Equal(t, map[string]bool{controllerProviderConfig: true}, o.Enabled)
+				assert.Equal(t, "/etc/cp.yaml", o.ConfigPath)
+				assert.Equal(t, "/tmp/kc", o.Kubeconfig)
+				assert.True(t, o.LeaderElect)
+				assert.Equal(t, "openmcp-system", o.LeaderElectionNamespace)
+				assert.Equal(t, "0", o.MetricsBindAddress)
+				assert.Equal(t, "127.0.0.1:9440", o.HealthProbeBindAddress)
+				assert.NotNil(t, o.Zap.Level, "--zap-log-level is bound")
+			},
+		},
+		"single dash flags": {
+			args: []string{"-provider-name", "local", "-controllers=accessrequest"},
+			want: func(t *testing.T, o *runOptions) {
+				assert.Equal(t, map[string]bool{controllerAccessRequest: true}, o.Enabled)
+			},
+		},
+		"provider name missing":        {args: nil, wantErr: []string{"--provider-name is required"}},
+		"provider name not a label":    {args: []string{"--provider-name", "Local_1"}, wantErr: []string{`--provider-name "Local_1"`, "RFC 1123 label"}},
+		"provider name with a dot":     {args: []string{"--provider-name", "a.b"}, wantErr: []string{`--provider-name "a.b"`}},
+		"provider name too long":       {args: []string{"--provider-name", "a234567890123456789012345678901234567890123456789012345678901234"}, wantErr: []string{"--provider-name", "no more than 63"}},
+		"environment not a label":      {args: []string{"--provider-name=x", "--environment=Prod"}, wantErr: []string{`--environment "Prod"`}},
+		"environment empty":            {args: []string{"--provider-name=x", "--environment="}, wantErr: []string{`--environment ""`}},
+		"unknown controller":           {args: []string{"--provider-name=x", "--controllers=providerconfig,cluster"}, wantErr: []string{`--controllers: unknown controller "cluster"`, "valid are accessrequest, providerconfig"}},
+		"no controller":                {args: []string{"--provider-name=x", "--controllers=,"}, wantErr: []string{"--controllers: name at least one controller", "valid are accessrequest, providerconfig"}},
+		"leader election out of a pod": {args: []string{"--provider-name=x", "--leader-elect"}, wantErr: []string{"--leader-elect needs --leader-election-namespace"}},
+		"bad lease namespace":          {args: []string{"--provider-name=x", "--leader-election-namespace=Kube_System"}, wantErr: []string{`--leader-election-namespace "Kube_System"`}},
+		"metrics address no port":      {args: []string{"--provider-name=x", "--metrics-bind-address=localhost"}, wantErr: []string{`--metrics-bind-address "localhost"`, "missing port"}},
+		"probe address bad port":       {args: []string{"--provider-name=x", "--health-probe-bind-address=:http"}, wantErr: []string{`--health-probe-bind-address ":http"`, "not a number"}},
+		"probe address empty":          {args: []string{"--provider-name=x", "--health-probe-bind-address="}, wantErr: []string{`--health-probe-bind-address ""`}},
+		"unknown flag":                 {args: []string{"--provider-name=x", "--provider=y"}, wantErr: []string{"flag provided but not defined: -provider"}},
+		"bad bool":                     {args: []string{"--provider-name=x", "--leader-elect=maybe"}, wantErr: []string{"-leader-elect"}},
+		"bad zap level":                {args: []string{"--provider-name=x", "--zap-log-level=loud"}, wantErr: []string{"-zap-log-level"}},
+		"positional argument":          {args: []string{"--provider-name=x", "extra"}, wantErr: []string{`unexpected argument "extra"`}},
+		"every problem is reported": {
+			args:    []string{"--provider-name=X", "--environment=Y", "--controllers=z"},
+			wantErr: []string{"--provider-name", "--environment", "--controllers"},
+		},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseRunOptions(tt.args)
+			if len(tt.wantErr) > 0 {
+				require.Error(t, err)
+				for _, want := range tt.wantErr {
+					assert.Contains(t, err.Error(), want)
+				}
+				return
+			}
+			require.NoError(t, err)
+			tt.want(t, o)
+		})
+	}
+}
+
+func TestParseRunOptionsHelp(t *testing.T) {
+	_, err := parseRunOptions([]string{"-h"})
+	assert.True(t, errors.Is(err, flag.ErrHelp), "got %v", err)
+}
+
+func TestParseInitOptions(t *testing.T) {
+	tests := map[string]struct {
+		args        []string
+		wantTimeout time.Duration
+		wantErr     string
+	}{
+		"defaults":         {wantTimeout: time.Minute},
+		"timeout":          {args: []string{"--timeout=5s", "--kubeconfig=/kc"}, wantTimeout: 5 * time.Second},
+		"zero timeout":     {args: []string{"--timeout=0s"}, wantErr: "--timeout 0s: must be positive"},
+		"bad timeout":      {args: []string{"--timeout=soon"}, wantErr: "-timeout"},
+		"run-only flag":    {args: []string{"--provider-name=x"}, wantErr: "flag provided but not defined: -provider-name"},
+		"positional":       {args: []string{"crds"}, wantErr: `unexpected argument "crds"`},
+		"kubeconfig alone": {args: []string{"--kubeconfig", "/kc"}, wantTimeout: time.Minute},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseInitOptions(tt.args)
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantTimeout, o.Timeout)
+		})
+	}
+}

@@ -1,0 +1,257 @@
+package labeller
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// Sizes of BenchmarkLabeller.
+const (
+	benchAccessRequests = 2000 // half direct, half through a granted ClusterRequest
+	benchClusters       = 100  // the AccessRequests are spread over these
+	benchSetupWorkers   = 8    // parallel writers for the (untimed) setup
+	benchInstance       = "bench"
+)
+
+// BenchmarkLabeller labels benchAccessRequests pre-created AccessRequests, half with
+// spec.clusterRef and half through a granted ClusterRequest, with a labeller manager (default
+// workers) started after they exist: the time runs from the manager's start until the last
+// labels PATCH was answered (a first-pass success writes no status). In the same run, against the same API server, a plain sequential
+// loop sends as many PATCHes (the same two labels, optimistically locked) to as many fresh
+// AccessRequests of the same shape.
+// Requests of the labeller's manager are counted by verb at its transport; the setup and the raw
+// loop use other clients, and b.N iterations each label a fresh set.
+func BenchmarkLabeller(b *testing.B) {
+	var labelled, raw time.Duration
+	var counts map[string]int64
+	for range b.N {
+		b.StopTimer()
+		ns := benchSetup(b)
+		// Half of the raw loop runs before and half after the labeller, so that a change of
+		// load on the (shared) machine weighs on both alike.
+		raw += rawPatchLoop(b, ns, 0, benchAccessRequests/2)
+		b.StartTimer()
+		d, c := runLabeller(b, ns)
+		b.StopTimer()
+		raw += rawPatchLoop(b, ns, benchAccessRequests/2, benchAccessRequests)
+		labelled += d
+		counts = c
+		verifyLabelled(b, ns)
+	}
+	n := float64(benchAccessRequests * b.N)
+	labelledRate, rawRate := n/labelled.Seconds(), n/raw.Seconds()
+	b.ReportMetric(labelledRate, "labelled/s")
+	b.ReportMetric(rawRate, "rawPATCH/s")
+	b.ReportMetric(labelledRate/rawRate, "ratio")
+	// counts are of the last iteration.
+	for _, verb := range []string{"GET", "LIST", "WATCH", "PATCH", "statusPATCH", "other"} {
+		b.ReportMetric(float64(counts[verb])/benchAccessRequests, verb+"/AR")
+	}
+	b.Logf("requests of the labeller's manager in the last run: %v", counts)
+}
+
+// benchSetup creates a namespace with a ClusterProfile, benchClusters Clusters and the
+// AccessRequests to label, with the granted ClusterRequests of the indirect ones.
+func benchSetup(b *testing.B) string {
+	ctx := context.Background()
+	ns := env.Namespace(b)
+	profile := "bench-" + ns
+	require.NoError(b, env.Client.Create(ctx, &clustersv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: profile},
+		Spec: clustersv1alpha1.ClusterProfileSpec{
+			ProviderRef:       common.LocalObjectReference{Name: "bench-provider"},
+			ProviderConfigRef: common.LocalObjectReference{Name: "config"},
+		},
+	}))
+	parallel(b, benchClusters, func(i int) {
+		newCluster(b, ns, clusterName(i), profile)
+	})
+	parallel(b, benchAccessRequests, func(i int) {
+		if i%2 == 0 {
+			newAccessRequest(b, ns, arName(i), withLabel(instanceLabel, benchInstance), clusterRef(clusterName(i)))
+			return
+		}
+		request := fmt.Sprintf("request-%d", i)
+		newClusterRequest(b, ns, request, clusterName(i))
+		newAccessRequest(b, ns, arName(i), withLabel(instanceLabel, benchInstance), requestRef(request))
+	})
+	return ns
+}
+
+func arName(i int) string { return fmt.Sprintf("ar-%d", i) }
+
+func clusterName(i int) string { return fmt.Sprintf("cluster-%d", i%benchClusters) }
+
+// parallel runs f(0..n-1) on benchSetupWorkers goroutines.
+func parallel(b *testing.B, n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range benchSetupWorkers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// rawPatchLoop creates the AccessRequests raw-from … raw-(to-1), shaped like the bench ones but
+// outside the labeller's selector (not timed), then PATCHes both labels onto each, one after the
+// other, with an optimistically locked merge patch like the labeller's, and returns how long the
+// PATCHes took. The labeller is not running meanwhile.
+func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
+	ctx := context.Background()
+	ars := make([]*clustersv1alpha1.AccessRequest, to-from)
+	parallel(b, to-from, func(i int) {
+		ars[i] = newAccessRequest(b, ns, fmt.Sprintf("raw-%d", from+i), withLabel(instanceLabel, "raw"), clusterRef(clusterName(from+i)))
+	})
+	c, err := client.New(env.Config, client.Options{Scheme: testenv.Scheme})
+	require.NoError(b, err)
+	start := time.Now()
+	for _, ar := range ars {
+		base := ar.DeepCopy()
+		ar.Labels[clustersv1alpha1.ProviderLabel] = "bench-provider"
+		ar.Labels[clustersv1alpha1.ProfileLabel] = "bench-profile"
+		require.NoError(b, c.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+	}
+	return time.Since(start)
+}
+
+// runLabeller starts a labeller manager for the bench instance, waits until it has answered a
+// labels PATCH for every AccessRequest, stops it, and returns the time from
+// the start and the manager's requests by verb.
+func runLabeller(b *testing.B, ns string) (time.Duration, map[string]int64) {
+	counter := newRequestCounter(benchAccessRequests)
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = counter.wrap
+	mgr := newManager(b, cfg, benchInstance, logr.Discard(), 0) // default workers
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-counter.finished:
+	case err := <-done:
+		b.Fatalf("the manager stopped: %v", err)
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("not finished after 5 minutes: %v", counter.snapshot())
+	}
+	elapsed := time.Since(start)
+	cancel()
+	require.NoError(b, <-done)
+	return elapsed, counter.snapshot()
+}
+
+// verifyLabelled checks, outside the timing, that every bench AccessRequest was prepared.
+func verifyLabelled(b *testing.B, ns string) {
+	list := &clustersv1alpha1.AccessRequestList{}
+	require.NoError(b, env.Client.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{instanceLabel: benchInstance}))
+	require.Len(b, list.Items, benchAccessRequests)
+	for i := range list.Items {
+		ar := &list.Items[i]
+		require.False(b, lacksLabel(ar), "%s is not labelled", ar.Name)
+		require.NotNil(b, ar.Spec.ClusterRef, "%s has no clusterRef", ar.Name)
+		require.Nil(b, meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved), "%s: a first-pass success writes no status", ar.Name)
+	}
+}
+
+// requestCounter counts the requests of one client by verb at its transport, and closes
+// finished once it has seen want successful labels PATCHes.
+type requestCounter struct {
+	mu       sync.Mutex
+	counts   map[string]int64
+	ok       map[string]int64
+	want     int64
+	finished chan struct{}
+	once     sync.Once
+}
+
+func newRequestCounter(want int) *requestCounter {
+	return &requestCounter{counts: map[string]int64{}, ok: map[string]int64{}, want: int64(want), finished: make(chan struct{})}
+}
+
+func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		verb := verbOf(req)
+		resp, err := rt.RoundTrip(req)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.counts[verb]++
+		if err == nil && resp.StatusCode < 300 {
+			c.ok[verb]++
+		}
+		if c.ok["PATCH"] >= c.want {
+			c.once.Do(func() { close(c.finished) })
+		}
+		return resp, err
+	})
+}
+
+func (c *requestCounter) snapshot() map[string]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int64, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// verbOf names a request as the API server would: GET (one object), LIST, WATCH, PATCH,
+// statusPATCH, or other (discovery, Event writes, ...).
+func verbOf(req *http.Request) string {
+	path := req.URL.Path
+	var rest string
+	switch {
+	case strings.HasPrefix(path, "/api/v1/"):
+		rest = strings.TrimPrefix(path, "/api/v1/")
+	case strings.HasPrefix(path, "/apis/"):
+		if parts := strings.SplitN(strings.TrimPrefix(path, "/apis/"), "/", 3); len(parts) == 3 {
+			rest = parts[2]
+		}
+	}
+	segments := strings.Split(rest, "/")
+	if len(segments) >= 3 && segments[0] == "namespaces" {
+		segments = segments[2:]
+	}
+	isObject := rest != "" && len(segments) >= 2
+	switch {
+	case rest == "":
+		return "other"
+	case req.Method == http.MethodGet && req.URL.Query().Get("watch") != "" && req.URL.Query().Get("watch") != "false":
+		return "WATCH"
+	case req.Method == http.MethodGet && isObject:
+		return "GET"
+	case req.Method == http.MethodGet:
+		return "LIST"
+	case req.Method == http.MethodPatch && len(segments) == 3 && segments[2] == "status":
+		return "statusPATCH"
+	case req.Method == http.MethodPatch:
+		return "PATCH"
+	default:
+		return "other"
+	}
+}

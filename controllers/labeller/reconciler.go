@@ -1,0 +1,175 @@
+package labeller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+)
+
+// ControllerName names the controller, its metrics and logs, and reports its Events.
+const ControllerName = "accessrequest-labeller"
+
+// DefaultMaxConcurrentReconciles is the number of AccessRequests labelled in parallel unless
+// Reconciler.MaxConcurrentReconciles says otherwise. A pass is mostly waiting for two PATCHes,
+// so several workers are needed to keep the API server busy; beyond that its CPU is the limit
+// (docs/benchmarks.md).
+const DefaultMaxConcurrentReconciles = 8
+
+// RBAC markers are package markers: they must not be part of a declaration's doc comment.
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=patch
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=clusterrequests;clusters;clusterprofiles,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler labels AccessRequests with their ClusterProvider and ClusterProfile. Set it up with
+// SetupWithManager; the zero value plus a manager is a working labeller for all AccessRequests.
+type Reconciler struct {
+	// Client reads from the manager's cache (with the indexes SetupWithManager registers) and
+	// writes to the API server. Default: mgr.GetClient().
+	Client client.Client
+
+	// Recorder emits the Warning Event on a label conflict. Default:
+	// mgr.GetEventRecorder(ControllerName) (events.k8s.io/v1 Events).
+	Recorder events.EventRecorder
+
+	// Selector restricts the labeller to AccessRequests whose labels match (see
+	// Config.AsSelector). Default: labels.Everything().
+	Selector labels.Selector
+
+	// MaxConcurrentReconciles is the number of workers. Default:
+	// DefaultMaxConcurrentReconciles.
+	MaxConcurrentReconciles int
+}
+
+// Reconcile prepares one AccessRequest: fetch → not ours? done → operation annotation → resolve
+// → one labels PATCH (when resolved) → one status PATCH (only if the labeller has something to
+// report or an earlier condition of its own to clear). An
+// AccessRequest that waits for another object returns without error; a watch on that object
+// brings it back.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ar := &clustersv1alpha1.AccessRequest{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ar); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Checked before the operation annotation: once both labels are set, even a reconcile
+	// annotation belongs to the provider's reconciler, not to us.
+	if !r.owns(ar) {
+		return ctrl.Result{}, nil
+	}
+	logger := log.FromContext(ctx)
+	switch kit.OperationOf(ar) {
+	case kit.OperationIgnore:
+		logger.V(1).Info("Ignoring the AccessRequest due to the ignore operation annotation")
+		return ctrl.Result{}, nil
+	case kit.OperationReconcile:
+		// The labeller keeps no state that could let it skip work: every pass resolves
+		// afresh, so the annotation only needs to be removed.
+		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, ar); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return r.reconcileNormal(ctx, ar)
+}
+
+// reconcileNormal resolves ar's provider, writes the labels, then reports the outcome in the
+// status.
+func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (ctrl.Result, error) {
+	t, err := r.resolve(ctx, ar)
+	if err == nil {
+		err = checkLabels(ar.Labels, t)
+	}
+	if err != nil {
+		return r.reconcileUnresolved(ctx, ar, err)
+	}
+	if err := r.patchLabels(ctx, ar, t); err != nil {
+		return ctrl.Result{}, err // the status is left alone: the retry writes it
+	}
+	// Labelled, the AccessRequest is the provider's: its reconciler writes the status
+	// (observedGeneration, phase, its own conditions). The labeller writes the status only to
+	// replace a ProviderResolved condition it set on an earlier pass (waiting, not found,
+	// conflict), so that no stale reason stays behind. A first-pass success costs one PATCH and
+	// no status write, half the API server's work (docs/benchmarks.md).
+	if meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved) == nil {
+		return ctrl.Result{}, nil
+	}
+	err = r.patchStatus(ctx, ar, t, nil)
+	if apierrors.IsConflict(err) {
+		// The labels are set, so the provider's reconciler may already have written the status;
+		// the AccessRequest is the provider's now.
+		log.FromContext(ctx).V(1).Info("The status changed after labelling; leaving it to the provider", "error", err.Error())
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// reconcileUnresolved reports why ar cannot be labelled. A reason error (waiting for an object, or
+// for a user to fix something) is not retried: a watch brings the AccessRequest back. Any other
+// error is returned for a retry with backoff.
+func (r *Reconciler) reconcileUnresolved(ctx context.Context, ar *clustersv1alpha1.AccessRequest, err error) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	reason := kit.ReasonOf(err, "")
+	if reason == ReasonLabelConflict {
+		logger.Error(err, "Not labelling the AccessRequest")
+		r.Recorder.Eventf(ar, nil, corev1.EventTypeWarning, ReasonLabelConflict, "Label", "%s", err.Error())
+	}
+	if perr := r.patchStatus(ctx, ar, target{}, err); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	if reason == "" {
+		return ctrl.Result{}, err
+	}
+	logger.V(1).Info("AccessRequest not labelled yet", "reason", reason, "message", err.Error())
+	return ctrl.Result{}, nil
+}
+
+// patchStatus writes setResolution's outcome with one status PATCH, or nothing if the status
+// would not change. The PATCH is optimistically locked, because the merge patch replaces the
+// whole conditions list: right after the labels are set, the provider's reconciler may already
+// write this status, and its write must win.
+func (r *Reconciler) patchStatus(ctx context.Context, ar *clustersv1alpha1.AccessRequest, t target, resolveErr error) error {
+	before := ar.DeepCopy()
+	setResolution(ar, t, resolveErr)
+	if equality.Semantic.DeepEqual(before.Status, ar.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, ar, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("patching the status: %w", err)
+	}
+	return nil
+}
+
+// patchLabels adds both labels and, if empty, spec.clusterRef in one merge patch that fails if
+// the AccessRequest changed since it was read, so a concurrent label change is never overwritten.
+func (r *Reconciler) patchLabels(ctx context.Context, ar *clustersv1alpha1.AccessRequest, t target) error {
+	base := ar.DeepCopy()
+	if ar.Labels == nil {
+		ar.Labels = make(map[string]string, 2)
+	}
+	for _, l := range t.labels() {
+		ar.Labels[l.key] = l.value
+	}
+	if ar.Spec.ClusterRef == nil {
+		ar.Spec.ClusterRef = &common.ObjectReference{Namespace: t.Cluster.Namespace, Name: t.Cluster.Name}
+	}
+	if err := r.Client.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("labelling: %w", err)
+	}
+	log.FromContext(ctx).Info("Labelled the AccessRequest", "provider", t.Provider, "profile", t.Profile,
+		"cluster", klog.KRef(t.Cluster.Namespace, t.Cluster.Name))
+	return nil
+}
