@@ -10,14 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -102,20 +100,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		}
 		return reconcile.Result{}, err
 	}
-	switch kit.OperationOf(pc) {
-	case kit.OperationIgnore:
-		log.FromContext(ctx).V(1).Info("Ignoring ProviderConfig: it has the ignore operation annotation", "providerConfig", klog.KObj(pc))
-		return reconcile.Result{}, nil
-	case kit.OperationReconcile:
-		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, pc); err != nil {
-			return reconcile.Result{}, err
-		}
+	if stop, err := kit.HandleOperation(ctx, r.Client, pc); stop || err != nil {
+		return reconcile.Result{}, err
 	}
 
 	if !pc.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, pc, name)
 	}
-	if err := r.ensureFinalizer(ctx, pc); err != nil {
+	if err := kit.AddFinalizer(ctx, r.Client, pc, kit.Finalizer(r.ProviderName)); err != nil {
 		return reconcile.Result{}, err
 	}
 	// The snapshot is taken after the finalizer patch: the status patch is locked on its
@@ -245,26 +237,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, pc *providersv1alpha1.
 			return reconcile.Result{}, fmt.Errorf("deleting ClusterProfile %s: %w", name, err)
 		}
 	}
-	base := pc.DeepCopy()
-	controllerutil.RemoveFinalizer(pc, kit.Finalizer(r.ProviderName))
-	if err := r.Client.Patch(ctx, pc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := kit.RemoveFinalizer(ctx, r.Client, pc, kit.Finalizer(r.ProviderName)); err != nil {
+		return reconcile.Result{}, err
 	}
 	r.event(pc, "Normal", ReasonDeleted, "Delete", "Stopped the controllers and deleted ClusterProfile %s", name)
 	return reconcile.Result{}, nil
-}
-
-func (r *Reconciler) ensureFinalizer(ctx context.Context, pc *providersv1alpha1.ProviderConfig) error {
-	f := kit.Finalizer(r.ProviderName)
-	if controllerutil.ContainsFinalizer(pc, f) {
-		return nil
-	}
-	base := pc.DeepCopy()
-	controllerutil.AddFinalizer(pc, f)
-	if err := r.Client.Patch(ctx, pc, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("adding finalizer %s: %w", f, err)
-	}
-	return nil
 }
 
 func (r *Reconciler) event(pc *providersv1alpha1.ProviderConfig, eventType, reason, action, note string, args ...any) {

@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -30,14 +28,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if r.Profile == "" || ProfileOf(ar, r.ProviderName) != r.Profile {
 		return reconcile.Result{}, nil
 	}
-	switch kit.OperationOf(ar) {
-	case kit.OperationIgnore:
-		log.FromContext(ctx).V(1).Info("Ignoring AccessRequest: it has the ignore operation annotation", "accessRequest", klog.KObj(ar))
-		return reconcile.Result{}, nil
-	case kit.OperationReconcile:
-		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, ar); err != nil {
-			return reconcile.Result{}, err
-		}
+	if stop, err := kit.HandleOperation(ctx, r.Client, ar); stop || err != nil {
+		return reconcile.Result{}, err
 	}
 	if !ar.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil

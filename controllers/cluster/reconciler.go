@@ -5,10 +5,8 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -27,7 +25,6 @@ type Reconciler struct {
 // Reconcile follows the usual shape: fetch, responsibility check, operation annotation,
 // then reconcileDelete or reconcileNormal with one status patch.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-	l := log.FromContext(ctx)
 	cl := &clustersv1alpha1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -37,14 +34,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 
-	switch kit.OperationOf(cl) {
-	case kit.OperationIgnore:
-		l.V(1).Info("Ignoring Cluster: it has the ignore operation annotation", "cluster", klog.KObj(cl))
-		return reconcile.Result{}, nil
-	case kit.OperationReconcile:
-		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, cl); err != nil {
-			return reconcile.Result{}, err
-		}
+	if stop, err := kit.HandleOperation(ctx, r.Client, cl); stop || err != nil {
+		return reconcile.Result{}, err
 	}
 
 	if !cl.DeletionTimestamp.IsZero() {
@@ -71,13 +62,8 @@ func (r *Reconciler) responsible(ctx context.Context, cl *clustersv1alpha1.Clust
 }
 
 func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.Cluster) (reconcile.Result, error) {
-	finalizer := kit.Finalizer(r.ProviderName)
-	if !controllerutil.ContainsFinalizer(cl, finalizer) {
-		base := cl.DeepCopy()
-		controllerutil.AddFinalizer(cl, finalizer)
-		if err := r.Client.Patch(ctx, cl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return reconcile.Result{}, fmt.Errorf("adding finalizer %s: %w", finalizer, err)
-		}
+	if err := kit.AddFinalizer(ctx, r.Client, cl, kit.Finalizer(r.ProviderName)); err != nil {
+		return reconcile.Result{}, err
 	}
 	base := cl.DeepCopy()
 	setNoBackend(cl)
@@ -93,10 +79,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cl *clustersv1alpha1.C
 		return reconcile.Result{}, nil
 	}
 	// No backend is wired in yet, so there is nothing to delete behind the Cluster.
-	base := cl.DeepCopy()
-	controllerutil.RemoveFinalizer(cl, finalizer)
-	if err := r.Client.Patch(ctx, cl, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+	if err := kit.RemoveFinalizer(ctx, r.Client, cl, finalizer); err != nil {
+		return reconcile.Result{}, err
 	}
 	if r.Recorder != nil {
 		r.Recorder.Eventf(cl, nil, "Normal", ReasonDeleted, "Delete", "Cluster released: nothing was provisioned for it")

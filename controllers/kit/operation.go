@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/openmcp-local/cluster-provider/api/constants"
 )
@@ -48,4 +50,19 @@ func RemoveReconcileAnnotation(ctx context.Context, c client.Client, obj client.
 		return fmt.Errorf("removing the %s=%s annotation: %w", constants.OperationAnnotation, constants.OperationAnnotationValueReconcile, err)
 	}
 	return nil
+}
+
+// HandleOperation applies the operation annotation at the start of a reconcile: stop is true
+// when obj is to be ignored; a reconcile annotation is removed (the caller then reconciles fully,
+// skipping no step).
+func HandleOperation(ctx context.Context, c client.Client, obj client.Object) (stop bool, err error) {
+	switch OperationOf(obj) {
+	case OperationIgnore:
+		log.FromContext(ctx).V(1).Info("Ignoring the object: it has the ignore operation annotation", "object", klog.KObj(obj))
+		return true, nil
+	case OperationReconcile:
+		return false, RemoveReconcileAnnotation(ctx, c, obj)
+	default:
+		return false, nil
+	}
 }

@@ -71,17 +71,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !r.owns(ar) {
 		return ctrl.Result{}, nil
 	}
-	logger := log.FromContext(ctx)
-	switch kit.OperationOf(ar) {
-	case kit.OperationIgnore:
-		logger.V(1).Info("Ignoring the AccessRequest due to the ignore operation annotation")
-		return ctrl.Result{}, nil
-	case kit.OperationReconcile:
-		// The labeller keeps no state that could let it skip work: every pass resolves
-		// afresh, so the annotation only needs to be removed.
-		if err := kit.RemoveReconcileAnnotation(ctx, r.Client, ar); err != nil {
-			return ctrl.Result{}, err
-		}
+	// The labeller keeps no state that could let it skip work: every pass resolves afresh, so a
+	// reconcile annotation only needs to be removed.
+	if stop, err := kit.HandleOperation(ctx, r.Client, ar); stop || err != nil {
+		return ctrl.Result{}, err
 	}
 	return r.reconcileNormal(ctx, ar)
 }
