@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,14 +98,19 @@ func TestProfilesRunOnlyWhileLeader(t *testing.T) {
 
 	// Another replica takes the lease over, as a real one would (new holder, acquire time and
 	// transition count): this one loses it and everything stops.
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease))
-	taken := metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity = ptr.To("usurper-replica")
-	lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
-	lease.Spec.AcquireTime = &taken
-	lease.Spec.RenewTime = &taken
-	lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
-	require.NoError(t, env.Client.Update(ctx, lease))
+	// The elector renews every RetryPeriod, so the takeover may conflict with a renewal.
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(lease), lease); err != nil {
+			return err
+		}
+		taken := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity = ptr.To("usurper-replica")
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](3600)
+		lease.Spec.AcquireTime = &taken
+		lease.Spec.RenewTime = &taken
+		lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
+		return env.Client.Update(ctx, lease)
+	}))
 	select {
 	case err := <-mgrDone:
 		require.Error(t, err)
