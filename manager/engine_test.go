@@ -14,15 +14,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
-// TestSharedCacheSurvivesProfileStop runs profiles A, B and C, stops A, and checks that B and C
-// still receive new objects, A receives nothing, and a restarted A gets all its objects.
+// TestSharedCacheSurvivesProfileStop runs profiles A, B and C and a fixed (non-profile)
+// controller on the same cache, stops A, and checks that B, C and the fixed controller still
+// receive new objects, A receives nothing, and a restarted A gets all its objects.
 func TestSharedCacheSurvivesProfileStop(t *testing.T) {
-	e := startEngine(t, nil, Options{})
+	shared, err := cache.New(env.Config, cache.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	fixed := newRecorder("fixed")
+	startFixedController(t, shared, fixed)
+	e := startEngine(t, shared, Options{})
 	ctx := context.Background()
 	ns := env.Namespace(t)
 	a, b, c := uniqueProfile("a"), uniqueProfile("b"), uniqueProfile("c")
@@ -50,6 +61,9 @@ func TestSharedCacheSurvivesProfileStop(t *testing.T) {
 	waitSeen(t, recC, c2)
 	assert.Zero(t, recA.violations.Load(), "a stopped profile must not reconcile")
 	assert.Zero(t, recA.count(a2))
+	for _, k := range []types.NamespacedName{a1, b1, c1, a2, b2, c2} {
+		waitSeen(t, fixed, k) // the fixed controller sees every Cluster, before and after the stop
+	}
 
 	recA2 := newRecorder("A again")
 	require.NoError(t, e.StartProfile(ctx, profileOf(a, "1", recA2, nil)))
@@ -327,4 +341,17 @@ func TestStartStopAreIdempotent(t *testing.T) {
 	_, ok := e.Running(p)
 	assert.False(t, ok)
 	assert.Error(t, e.StartProfile(ctx, Profile{}), "a profile needs a name")
+}
+
+// startFixedController runs a stock controller-runtime controller for all Clusters on c, as the
+// operator runs its fixed controllers (the labeller) beside the engine, until the test ends.
+func startFixedController(t *testing.T, c cache.Cache, rec reconcile.Reconciler) {
+	t.Helper()
+	ctl, err := crcontroller.NewUnmanaged("fixed", crcontroller.Options{Reconciler: rec, SkipNameValidation: ptr.To(true)})
+	require.NoError(t, err)
+	require.NoError(t, ctl.Watch(source.Kind(c, &clustersv1alpha1.Cluster{}, &handler.TypedEnqueueRequestForObject[*clustersv1alpha1.Cluster]{})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ctl.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
