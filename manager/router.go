@@ -4,6 +4,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -22,12 +23,11 @@ func (r *router) OnAdd(obj any, isInInitialList bool) {
 	if !ok {
 		return
 	}
-	for _, p := range r.kind.Predicates {
-		if !p.Create(event.CreateEvent{Object: o, IsInInitialList: isInInitialList}) {
-			return
-		}
+	if r.pass(func(p predicate.Predicate) bool {
+		return p.Create(event.CreateEvent{Object: o, IsInInitialList: isInInitialList})
+	}) {
+		r.route(r.kind.Key(o), o)
 	}
-	r.route(r.kind.Key(o), o)
 }
 
 // OnUpdate routes an updated object to its owner and, if the key changed, to the former owner.
@@ -45,12 +45,11 @@ func (r *router) OnUpdate(oldObj, newObj any) {
 		r.route(oldKey, newO)
 		return
 	}
-	for _, p := range r.kind.Predicates {
-		if !p.Update(event.UpdateEvent{ObjectOld: oldO, ObjectNew: newO}) {
-			return
-		}
+	if r.pass(func(p predicate.Predicate) bool {
+		return p.Update(event.UpdateEvent{ObjectOld: oldO, ObjectNew: newO})
+	}) {
+		r.route(newKey, newO)
 	}
-	r.route(newKey, newO)
 }
 
 // OnDelete routes a deleted object, also when only its tombstone is known.
@@ -63,12 +62,21 @@ func (r *router) OnDelete(obj any) {
 	if !ok {
 		return
 	}
+	if r.pass(func(p predicate.Predicate) bool {
+		return p.Delete(event.DeleteEvent{Object: o, DeleteStateUnknown: unknown})
+	}) {
+		r.route(r.kind.Key(o), o)
+	}
+}
+
+// pass reports whether every predicate of the kind lets the event through.
+func (r *router) pass(accepts func(predicate.Predicate) bool) bool {
 	for _, p := range r.kind.Predicates {
-		if !p.Delete(event.DeleteEvent{Object: o, DeleteStateUnknown: unknown}) {
-			return
+		if !accepts(p) {
+			return false
 		}
 	}
-	r.route(r.kind.Key(o), o)
+	return true
 }
 
 func (r *router) route(key string, o client.Object) {

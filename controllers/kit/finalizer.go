@@ -25,7 +25,7 @@ func AddFinalizer(ctx context.Context, c client.Client, obj client.Object, final
 	}
 	base := obj.DeepCopyObject().(client.Object)
 	controllerutil.AddFinalizer(obj, finalizer)
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := c.Patch(ctx, obj, LockedMergeFrom(base)); err != nil {
 		return fmt.Errorf("adding finalizer %s: %w", finalizer, err)
 	}
 	return nil
@@ -39,7 +39,7 @@ func RemoveFinalizer(ctx context.Context, c client.Client, obj client.Object, fi
 	}
 	base := obj.DeepCopyObject().(client.Object)
 	controllerutil.RemoveFinalizer(obj, finalizer)
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+	if err := c.Patch(ctx, obj, LockedMergeFrom(base)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("removing finalizer %s: %w", finalizer, err)
 	}
 	return nil

@@ -46,7 +46,7 @@ func RemoveReconcileAnnotation(ctx context.Context, c client.Client, obj client.
 	annotations := obj.GetAnnotations()
 	delete(annotations, constants.OperationAnnotation)
 	obj.SetAnnotations(annotations)
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := c.Patch(ctx, obj, LockedMergeFrom(base)); err != nil {
 		return fmt.Errorf("removing the %s=%s annotation: %w", constants.OperationAnnotation, constants.OperationAnnotationValueReconcile, err)
 	}
 	return nil

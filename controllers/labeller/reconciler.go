@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -137,10 +136,7 @@ func (r *Reconciler) reconcileUnresolved(ctx context.Context, ar *clustersv1alph
 func (r *Reconciler) patchStatus(ctx context.Context, ar *clustersv1alpha1.AccessRequest, t target, resolveErr error) error {
 	before := ar.DeepCopy()
 	setResolution(ar, t, resolveErr)
-	if equality.Semantic.DeepEqual(before.Status, ar.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, ar, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := kit.PatchStatusIfChanged(ctx, r.Client, before, ar, statusOf); err != nil {
 		return fmt.Errorf("patching the status: %w", err)
 	}
 	return nil
@@ -159,10 +155,12 @@ func (r *Reconciler) patchLabels(ctx context.Context, ar *clustersv1alpha1.Acces
 	if ar.Spec.ClusterRef == nil {
 		ar.Spec.ClusterRef = &common.ObjectReference{Namespace: t.Cluster.Namespace, Name: t.Cluster.Name}
 	}
-	if err := r.Client.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Patch(ctx, ar, kit.LockedMergeFrom(base)); err != nil {
 		return fmt.Errorf("labelling: %w", err)
 	}
 	log.FromContext(ctx).Info("Labelled the AccessRequest", "provider", t.Provider, "profile", t.Profile,
 		"cluster", klog.KRef(t.Cluster.Namespace, t.Cluster.Name))
 	return nil
 }
+
+func statusOf(ar *clustersv1alpha1.AccessRequest) any { return ar.Status }
