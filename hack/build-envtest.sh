@@ -53,7 +53,10 @@ esac
 
 echo "building ${what} v${version} from the module proxy (cold: kube-apiserver takes minutes)" >&2
 go build -trimpath -ldflags "$ldflags" -o "$work/$what" "$pkg"
+# Check the binary runs before it is installed. Capture the whole output: piping into
+# `head -1` would kill etcd (multi-line --version) with SIGPIPE under pipefail.
+reported=$("$work/$what" --version)
+echo "${reported%%$'\n'*}" >&2
 mkdir -p "$(dirname "$out")"
 mv "$work/$what" "$out.tmp"
 mv "$out.tmp" "$out"
-"$out" --version | head -1 >&2
