@@ -37,7 +37,7 @@ type Env struct {
 // Start starts kube-apiserver and etcd and installs the CRDs. The binaries come from
 // KUBEBUILDER_ASSETS, or else from the newest bin/k8s/* folder of the module (`make envtest`).
 func Start() (*Env, error) {
-	assets, err := assetsDir()
+	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,9 @@ func (e *Env) Namespace(t testing.TB) string {
 	return ns.Name
 }
 
-func assetsDir() (string, error) {
+// AssetsDir is the folder of the envtest binaries (kube-apiserver, etcd): KUBEBUILDER_ASSETS, or
+// else the newest bin/k8s/* folder of the module (`make envtest`).
+func AssetsDir() (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, nil
 	}

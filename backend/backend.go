@@ -1,0 +1,127 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+)
+
+// Backend runs the clusters behind Cluster resources. Every method is safe for concurrent use
+// and returns quickly: none waits for a cluster to start.
+type Backend interface {
+	// Name is the ProviderConfig spec.backend value this Backend serves, e.g. "local".
+	Name() string
+
+	// Versions are the Kubernetes versions this Backend can run, newest first, as semantic
+	// versions without a "v" (1.37.1).
+	Versions() []string
+
+	// Ensure starts what is missing of cl's cluster, running Kubernetes version (one of
+	// Versions), and returns what it observes. It is idempotent and does not block on a starting
+	// cluster: the Backend calls its Notify callback when the cluster's state changes. An error
+	// that carries a reason (see Error) is a state the user must change (capacity, say); others
+	// are worth retrying.
+	Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (State, error)
+
+	// Delete stops cl's cluster and deletes its data. gone reports that nothing of it is left;
+	// until then call it again.
+	Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (gone bool, err error)
+
+	// AdminConfig returns a rest.Config with full rights in cl's cluster, for the provider's own
+	// use (granting access). It must never be written to a status, Event, log or Secret.
+	AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error)
+}
+
+// State is what a Backend observes of one cluster.
+type State struct {
+	// Ready is true while the cluster's API server serves requests.
+	Ready bool
+	// Reason and Message say, in CamelCase and in a sentence, why it is not Ready (or that it is).
+	Reason, Message string
+	// Endpoint is the https URL of the cluster's API server for clients of the platform.
+	Endpoint string
+	// Endpoints are further named URLs (the name "apiserver-external" is Endpoint).
+	Endpoints map[string]string
+	// CABundle is the PEM bundle that verifies the API server's serving certificate.
+	CABundle []byte
+	// Version is the Kubernetes version the API server reports (/version, without "v"); empty
+	// until it has answered once.
+	Version string
+	// Info is a short line for the Cluster's providerinfo annotation.
+	Info string
+	// ProviderStatus is backend-specific detail for status.providerStatus; it is marshalled to
+	// JSON and must hold no secret.
+	ProviderStatus any
+	// Restarts counts the restarts of the cluster's processes since it was adopted.
+	Restarts int
+	// RetryAfter, when not zero, is how soon Ensure should be called again even without a
+	// notification: a safety net while the cluster is not Ready.
+	RetryAfter time.Duration
+}
+
+// EndpointAPIServerExternal is the name of the API server's endpoint in status.endpoints.
+const EndpointAPIServerExternal = "apiserver-external"
+
+// Ref names the Cluster resource a notification is about.
+type Ref struct {
+	types.NamespacedName
+	// Profile is the Cluster's spec.profile: the engine routes by it.
+	Profile string
+}
+
+// RefOf returns the Ref of cl.
+func RefOf(cl *clustersv1alpha1.Cluster) Ref {
+	return Ref{NamespacedName: types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}, Profile: cl.Spec.Profile}
+}
+
+// Notify is called by a Backend when the state of a cluster changed without a call to Ensure. It
+// must not block.
+type Notify func(Ref)
+
+// Reasons a Backend gives in errors and States.
+const (
+	// ReasonCapacityExhausted: the backend runs as many clusters as it may.
+	ReasonCapacityExhausted = "CapacityExhausted"
+	// ReasonVersionNotSupported: no binary or image runs the requested version.
+	ReasonVersionNotSupported = "VersionNotSupported"
+	// ReasonStarting: the cluster's processes start; it is not Ready yet.
+	ReasonStarting = "Starting"
+	// ReasonRestarting: a process of the cluster exited and is being restarted.
+	ReasonRestarting = "Restarting"
+	// ReasonRunning: the API server serves requests.
+	ReasonRunning = "Running"
+	// ReasonBackendStarting: the backend itself has not finished starting (adopting clusters).
+	ReasonBackendStarting = "BackendStarting"
+)
+
+// Error is an error that names the condition reason it must be reported with. Its message says
+// what to fix.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+// Errorf returns an *Error with a formatted message.
+func Errorf(reason, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// ConditionReason returns the reason; controllers/kit.ReasonOf finds it by this method.
+func (e *Error) ConditionReason() string { return e.Reason }
+
+// IsReason reports whether err's chain holds an *Error with reason.
+func IsReason(err error, reason string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Reason == reason
+}

@@ -1,0 +1,384 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// Name is the ProviderConfig spec.backend value of this backend.
+const Name = "local"
+
+// Options configure a Backend. Zero values take the defaults named.
+type Options struct {
+	// Binaries are the --local-binaries folders (LoadBinaries). At least one.
+	Binaries []Binaries
+	// StateDir holds one folder per Cluster (--state-dir). Required.
+	StateDir string
+	// AdvertiseHost is the host in endpoints and the serving certificate (--local-advertise-host).
+	// Default 127.0.0.1.
+	AdvertiseHost string
+	// MaxClusters is how many clusters may run at once (--local-max-clusters). Default 20.
+	MaxClusters int
+	// Tuning of the processes. Default DefaultTuning.
+	Tuning *Tuning
+	// StopGrace is how long a process may take to stop after SIGTERM. Default 10s.
+	StopGrace time.Duration
+	// Notify is told when a cluster's state changes by itself. Optional.
+	Notify backend.Notify
+	// ListClusters lists every Cluster of the platform cluster; Start uses it to adopt the
+	// folders of existing Clusters and remove the others. Required.
+	ListClusters func(ctx context.Context) ([]clustersv1alpha1.Cluster, error)
+	// Logger logs starts, stops, crashes and adoption. Default: discard.
+	Logger logr.Logger
+}
+
+// Backend runs each Cluster as a kube-apiserver and an etcd, child processes of the operator. It
+// is a leader-election runnable: only the elected replica runs clusters; when it stops (shutdown,
+// lost lease) every cluster stops and its data stays for the next leader.
+type Backend struct {
+	opts Options
+	log  logr.Logger
+
+	mu        sync.Mutex
+	started   bool
+	instances map[types.UID]*instance
+	deleting  map[types.UID]bool
+	ports     portAllocator
+}
+
+var (
+	_ backend.Backend                = &Backend{}
+	_ manager.LeaderElectionRunnable = &Backend{}
+)
+
+// New checks opts and returns a Backend. Nothing runs before Start.
+func New(opts Options) (*Backend, error) {
+	switch {
+	case len(opts.Binaries) == 0:
+		return nil, errors.New("local backend: no --local-binaries folder")
+	case opts.StateDir == "":
+		return nil, errors.New("local backend: --state-dir is empty")
+	case opts.ListClusters == nil:
+		return nil, errors.New("local backend: Options.ListClusters is nil")
+	case opts.MaxClusters < 0:
+		return nil, fmt.Errorf("local backend: --local-max-clusters %d is negative", opts.MaxClusters)
+	}
+	if opts.AdvertiseHost == "" {
+		opts.AdvertiseHost = "127.0.0.1"
+	}
+	if opts.MaxClusters == 0 {
+		opts.MaxClusters = 20
+	}
+	if opts.Tuning == nil {
+		t := DefaultTuning
+		opts.Tuning = &t
+	}
+	if opts.StopGrace <= 0 {
+		opts.StopGrace = 10 * time.Second
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	dir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.StateDir = dir
+	return &Backend{
+		opts:      opts,
+		log:       opts.Logger,
+		instances: map[types.UID]*instance{},
+		deleting:  map[types.UID]bool{},
+		ports:     portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
+	}, nil
+}
+
+// Name returns "local".
+func (b *Backend) Name() string { return Name }
+
+// Versions returns the versions of the binaries, newest first.
+func (b *Backend) Versions() []string {
+	vs := make([]string, len(b.opts.Binaries))
+	for i, bin := range b.opts.Binaries {
+		vs[i] = bin.Version
+	}
+	backend.SortNewestFirst(vs)
+	return vs
+}
+
+// NeedLeaderElection is true: only the leader runs clusters.
+func (b *Backend) NeedLeaderElection() bool { return true }
+
+// Start adopts the folders of existing Clusters (same ports, same data) and removes the folders
+// of Clusters that are gone; then it runs until ctx ends and stops every cluster, keeping their
+// data.
+func (b *Backend) Start(ctx context.Context) error {
+	if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
+		return fmt.Errorf("local backend: --state-dir: %w", err)
+	}
+	// The folders are read before the Clusters are listed: a folder whose Cluster is missing from
+	// the later list belongs to a deleted Cluster (UIDs are never reused).
+	entries, err := os.ReadDir(b.opts.StateDir)
+	if err != nil {
+		return fmt.Errorf("local backend: reading --state-dir: %w", err)
+	}
+	clusters, err := b.opts.ListClusters(ctx)
+	if err != nil {
+		return fmt.Errorf("local backend: listing Clusters to adopt their folders: %w", err)
+	}
+	byUID := map[types.UID]*clustersv1alpha1.Cluster{}
+	for i := range clusters {
+		byUID[clusters[i].UID] = &clusters[i]
+	}
+
+	b.mu.Lock()
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(b.opts.StateDir, e.Name())
+		cl := byUID[types.UID(e.Name())]
+		if cl == nil {
+			b.log.Info("Removing the folder of a Cluster that no longer exists", "dir", dir)
+			if err := os.RemoveAll(dir); err != nil {
+				b.log.Error(err, "Removing a stale cluster folder failed", "dir", dir)
+			}
+			continue
+		}
+		m, err := readMeta(dir)
+		if err != nil {
+			b.log.Error(err, "Not adopting a cluster folder; the Cluster's next reconcile starts it anew with its data", "dir", dir)
+			continue
+		}
+		if _, err := b.runLocked(dir, m); err != nil {
+			b.log.Error(err, "Adopting a cluster folder failed", "dir", dir)
+			continue
+		}
+		b.log.Info("Adopted a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", m.Ports.APIServer)
+	}
+	b.started = true
+	b.mu.Unlock()
+
+	<-ctx.Done()
+	b.stopAll()
+	return nil
+}
+
+// stopAll stops every cluster gracefully, in parallel, and forgets them.
+func (b *Backend) stopAll() {
+	b.mu.Lock()
+	b.started = false
+	all := b.instances
+	b.instances = map[types.UID]*instance{}
+	b.ports.taken = map[int]bool{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, in := range all {
+		wg.Go(func() { in.stop(false) })
+	}
+	wg.Wait()
+	b.log.Info("Stopped every local cluster; their data stays", "clusters", len(all))
+}
+
+// Ensure starts cl's cluster if it does not run and returns its state.
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.started {
+		return backend.State{Reason: backend.ReasonBackendStarting, RetryAfter: time.Second,
+			Message: "The local backend is starting (adopting the clusters of an earlier run) or this replica is not the leader."}, nil
+	}
+	if b.deleting[cl.UID] {
+		return backend.State{}, fmt.Errorf("cluster %s/%s is being deleted", cl.Namespace, cl.Name)
+	}
+	in := b.instances[cl.UID]
+	if in == nil {
+		if n := len(b.instances); n >= b.opts.MaxClusters {
+			return backend.State{}, backend.Errorf(backend.ReasonCapacityExhausted,
+				"this operator already runs %d local clusters, the most --local-max-clusters allows; delete a Cluster or raise --local-max-clusters", n)
+		}
+		dir := b.dir(cl.UID)
+		m, err := readMeta(dir)
+		if err != nil {
+			if !errors.Is(err, os.ErrNotExist) {
+				b.log.Error(err, "Recreating the cluster's record; its data is kept", "dir", dir)
+			}
+			m = meta{UID: cl.UID, Version: version}
+		}
+		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
+		if in, err = b.runLocked(dir, m); err != nil {
+			return backend.State{}, err
+		}
+		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", m.Ports.APIServer)
+	}
+	return in.state(), nil
+}
+
+// runLocked prepares the folder of a cluster (ports, certificates, authentication config, its
+// record) and starts its processes.
+func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
+	bins, ok := b.binaries(m.Version)
+	if !ok {
+		return nil, backend.Errorf(backend.ReasonVersionNotSupported,
+			"the cluster runs Kubernetes %s, but no --local-binaries folder serves it (served: %v); add a folder with that version",
+			m.Version, b.Versions())
+	}
+	if err := os.MkdirAll(filepath.Join(dir, logDir), 0o700); err != nil {
+		return nil, err
+	}
+	var err error
+	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.Etcd, &m.Ports.EtcdPeer} {
+		if *p, _, err = b.ports.keep(*p); err != nil {
+			return nil, err
+		}
+	}
+	p, err := loadOrCreatePKI(filepath.Join(dir, pkiDir), b.hosts())
+	if err != nil {
+		return nil, err
+	}
+	authPath := filepath.Join(dir, authConfigFile)
+	if _, err := os.Stat(authPath); errors.Is(err, os.ErrNotExist) {
+		if err := writeFileAtomic(authPath, []byte(emptyAuthConfig), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return nil, err
+	}
+	in, err := newInstance(b, dir, m, bins, p)
+	if err != nil {
+		return nil, err
+	}
+	b.instances[m.UID] = in
+	in.start()
+	return in, nil
+}
+
+// reassignAPIServerPort gives in's API server a new port if another process took its port.
+func (b *Backend) reassignAPIServerPort(in *instance) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	old := in.meta.Ports.APIServer
+	if b.ports.free(old) {
+		return nil
+	}
+	port, err := b.ports.allocate()
+	if err != nil {
+		return err
+	}
+	m := in.meta
+	m.Ports.APIServer = port
+	if err := writeMeta(in.dir, m); err != nil {
+		return err
+	}
+	delete(b.ports.taken, old)
+	in.meta = m
+	in.log.Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
+	return nil
+}
+
+func (b *Backend) hosts() []string {
+	return slices.Compact([]string{"127.0.0.1", "localhost", b.opts.AdvertiseHost})
+}
+
+func (b *Backend) binaries(version string) (Binaries, bool) {
+	for _, bin := range b.opts.Binaries {
+		if backend.SameVersion(bin.Version, version) {
+			return bin, true
+		}
+	}
+	return Binaries{}, false
+}
+
+func (b *Backend) dir(uid types.UID) string { return filepath.Join(b.opts.StateDir, string(uid)) }
+
+// Delete kills cl's processes and removes its folder.
+func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
+	b.mu.Lock()
+	if !b.started {
+		b.mu.Unlock()
+		return false, nil
+	}
+	in := b.instances[cl.UID]
+	delete(b.instances, cl.UID)
+	b.deleting[cl.UID] = true
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		delete(b.deleting, cl.UID)
+		b.mu.Unlock()
+	}()
+
+	if in != nil {
+		in.stop(true)
+		b.mu.Lock()
+		b.ports.release(in.meta.Ports)
+		b.mu.Unlock()
+		b.log.Info("Stopped a cluster for deletion", "cluster", cl.Namespace+"/"+cl.Name)
+	}
+	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
+		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)
+	}
+	return true, nil
+}
+
+// AdminConfig returns a rest.Config that authenticates as the operator's admin user
+// (system:masters) in cl's cluster.
+func (b *Backend) AdminConfig(_ context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	b.mu.Lock()
+	in := b.instances[cl.UID]
+	b.mu.Unlock()
+	if in == nil {
+		return nil, fmt.Errorf("the local cluster of %s/%s does not run", cl.Namespace, cl.Name)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return adminConfig(endpoint(b.opts.AdvertiseHost, in.meta.Ports.APIServer), in.pki), nil
+}
+
+// PIDs returns the process IDs of the cluster with uid, by process name ("etcd",
+// "kube-apiserver"): for diagnosis and tests.
+func (b *Backend) PIDs(uid types.UID) map[string]int {
+	b.mu.Lock()
+	in := b.instances[uid]
+	b.mu.Unlock()
+	if in == nil {
+		return nil
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]int, len(in.pids))
+	for k, v := range in.pids {
+		out[k] = v
+	}
+	return out
+}
+
+// Dir returns the folder of the cluster with uid.
+func (b *Backend) Dir(uid types.UID) string { return b.dir(uid) }
+
+func (b *Backend) notify(in *instance) {
+	if b.opts.Notify == nil {
+		return
+	}
+	in.mu.Lock()
+	m := in.meta
+	in.mu.Unlock()
+	b.opts.Notify(backend.Ref{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Profile: m.Profile})
+}

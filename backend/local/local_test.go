@@ -1,0 +1,254 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/kubernetes"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// Deadlines of the real-process tests: a cold kube-apiserver takes seconds, more under -race.
+const (
+	readyWithin = 90 * time.Second
+	stopWithin  = 30 * time.Second
+)
+
+// harness runs a Backend until the test ends and collects its notifications.
+type harness struct {
+	t        *testing.T
+	b        *Backend
+	notified chan backend.Ref
+	cancel   context.CancelFunc
+	done     chan error
+}
+
+func newCluster(name string) *clustersv1alpha1.Cluster {
+	return &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uuid.NewUUID()},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: "default.test.local"},
+	}
+}
+
+// startBackend starts a Backend on stateDir with the envtest binaries; existing lists the
+// Clusters it may adopt.
+func startBackend(t *testing.T, stateDir string, maxClusters int, existing ...*clustersv1alpha1.Cluster) *harness {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	bins, err := LoadBinaries(t.Context(), []string{assets})
+	require.NoError(t, err)
+	h := &harness{t: t, notified: make(chan backend.Ref, 100), done: make(chan error, 1)}
+	h.b, err = New(Options{
+		Binaries:    bins,
+		StateDir:    stateDir,
+		MaxClusters: maxClusters,
+		StopGrace:   5 * time.Second,
+		Notify: func(r backend.Ref) {
+			select {
+			case h.notified <- r:
+			default:
+			}
+		},
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) {
+			out := make([]clustersv1alpha1.Cluster, len(existing))
+			for i, cl := range existing {
+				out[i] = *cl
+			}
+			return out, nil
+		},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.b.Start(ctx) }()
+	t.Cleanup(h.stop)
+	return h
+}
+
+// stop stops the Backend and waits until every cluster stopped.
+func (h *harness) stop() {
+	h.cancel()
+	select {
+	case err := <-h.done:
+		assert.NoError(h.t, err)
+		h.done <- err // stop may be called again
+	case <-time.After(stopWithin):
+		h.t.Error("the backend did not stop")
+	}
+}
+
+// await calls Ensure after every notification (and once at first) until cond holds for the
+// state, or fails the test at the deadline.
+func (h *harness) await(cl *clustersv1alpha1.Cluster, what string, cond func(backend.State) bool) backend.State {
+	h.t.Helper()
+	deadline := time.After(readyWithin)
+	for {
+		s, err := h.b.Ensure(h.t.Context(), cl, "1.37.1")
+		require.NoError(h.t, err)
+		if cond(s) {
+			return s
+		}
+		retry := time.After(s.RetryAfter + time.Second) // the backend starting: no notification
+		select {
+		case <-h.notified:
+		case <-retry:
+		case <-deadline:
+			h.t.Fatalf("%s: not within %s; last state: ready %v, %s: %s\n%s", what, readyWithin, s.Ready, s.Reason, s.Message, logTails(h.b.Dir(cl.UID)))
+		}
+	}
+}
+
+// logTails returns the end of the cluster's process logs, for a failure message.
+func logTails(dir string) string {
+	var out string
+	for _, f := range []string{etcdLogFile, apiLogFile} {
+		data, _ := os.ReadFile(filepath.Join(dir, logDir, f))
+		if len(data) > 3000 {
+			data = data[len(data)-3000:]
+		}
+		out += "--- " + f + " ---\n" + string(data) + "\n"
+	}
+	return out
+}
+
+func ready(s backend.State) bool { return s.Ready }
+
+func portOpen(endpointURL string) bool {
+	host := endpointURL[len("https://"):]
+	c, err := net.DialTimeout("tcp", host, time.Second)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
+}
+
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// TestClusterLifecycle runs one real cluster through everything a cluster lives through: start,
+// crashes of each process, a restart of the operator with adoption, and deletion. One cluster
+// serves every step, to keep the test's CPU cost to a few control-plane starts.
+func TestClusterLifecycle(t *testing.T) {
+	stateDir := t.TempDir()
+	cl := newCluster("one")
+	stale := filepath.Join(stateDir, string(uuid.NewUUID()))
+	require.NoError(t, os.MkdirAll(stale, 0o700))
+
+	h := startBackend(t, stateDir, 1, cl)
+	s := h.await(cl, "Ready", ready)
+	assert.NoDirExists(t, stale, "the folder of a Cluster that does not exist is removed at start")
+	assert.Equal(t, "1.37.1", s.Version, "the running API server's /version")
+	assert.Equal(t, backend.ReasonRunning, s.Reason)
+	assert.Equal(t, s.Endpoint, s.Endpoints[backend.EndpointAPIServerExternal])
+	assert.Contains(t, s.Info, "local v1.37.1 :")
+	endpoint := s.Endpoint
+
+	// The folder: keys 0600, the record, the authentication config.
+	dir := h.b.Dir(cl.UID)
+	for _, f := range []string{caKeyFile, servingKeyFile, adminKeyFile, saKeyFile} {
+		fi, err := os.Stat(filepath.Join(dir, pkiDir, f))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+	}
+	m, err := readMeta(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "ns", m.Namespace)
+	assert.Equal(t, endpoint, "https://127.0.0.1:"+strconv.Itoa(m.Ports.APIServer))
+
+	// The admin config works, RBAC is on, and data goes in.
+	cfg, err := h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept"}, Data: map[string]string{"k": "v"}}
+	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	t.Run("capacity", func(t *testing.T) {
+		_, err := h.b.Ensure(t.Context(), newCluster("two"), "1.37.1")
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonCapacityExhausted), "%v", err)
+		assert.Contains(t, err.Error(), "--local-max-clusters")
+	})
+
+	for _, proc := range []string{procAPIServer, procEtcd} {
+		t.Run("kill -9 "+proc, func(t *testing.T) {
+			before, _ := h.b.Ensure(t.Context(), cl, "1.37.1")
+			pid := h.b.PIDs(cl.UID)[proc]
+			require.NotZero(t, pid)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+			down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
+			assert.Equal(t, backend.ReasonRestarting, down.Reason)
+			assert.Contains(t, down.Message, proc+" exited (signal: killed)")
+			up := h.await(cl, "Ready again", ready)
+			assert.Equal(t, before.Restarts+1, up.Restarts)
+			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc], "a new process")
+			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+			assert.NoError(t, err, "the data survives")
+		})
+	}
+
+	outer := t // the second backend must outlive this subtest
+	t.Run("operator restart adopts the cluster", func(t *testing.T) {
+		pids := h.b.PIDs(cl.UID)
+		h.stop()
+		for name, pid := range pids {
+			assert.True(t, processGone(pid), "%s (pid %d) stopped with the backend", name, pid)
+		}
+		assert.False(t, portOpen(endpoint))
+		h2 := startBackend(outer, stateDir, 1, cl)
+		s := h2.await(cl, "Ready after adoption", ready)
+		assert.Equal(t, endpoint, s.Endpoint, "same port")
+		cfg, err := h2.b.AdminConfig(t.Context(), cl)
+		require.NoError(t, err)
+		got, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+		require.NoError(t, err, "same data")
+		assert.Equal(t, "v", got.Data["k"])
+		h = h2
+	})
+
+	t.Run("delete", func(t *testing.T) {
+		pids := h.b.PIDs(cl.UID)
+		gone, err := h.b.Delete(t.Context(), cl)
+		require.NoError(t, err)
+		assert.True(t, gone)
+		for name, pid := range pids {
+			assert.True(t, processGone(pid), "%s (pid %d) is gone", name, pid)
+		}
+		assert.False(t, portOpen(endpoint), "the port is closed")
+		assert.NoDirExists(t, dir)
+		_, err = h.b.AdminConfig(t.Context(), cl)
+		assert.Error(t, err)
+	})
+}
+
+func TestEnsureRejectsUnservedVersion(t *testing.T) {
+	h := startBackend(t, t.TempDir(), 1)
+	cl := newCluster("old")
+	var err error
+	require.Eventually(t, func() bool { // wait for Start to finish adopting (nothing to adopt)
+		var s backend.State
+		s, err = h.b.Ensure(t.Context(), cl, "1.20.0")
+		return err != nil || s.Reason != backend.ReasonBackendStarting
+	}, stopWithin, 10*time.Millisecond)
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported), "%v", err)
+	assert.NoDirExists(t, h.b.Dir(cl.UID), "nothing is started")
+}

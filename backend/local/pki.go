@@ -1,0 +1,275 @@
+package local
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// Files of a cluster's pki folder. Keys are written 0600, certificates 0644.
+const (
+	caCertFile      = "ca.crt"
+	caKeyFile       = "ca.key"
+	servingCertFile = "apiserver.crt"
+	servingKeyFile  = "apiserver.key"
+	adminCertFile   = "admin.crt"
+	adminKeyFile    = "admin.key"
+	saKeyFile       = "sa.key"
+	saPubFile       = "sa.pub"
+)
+
+// The identity of the operator's client certificate in every local cluster.
+const (
+	adminUser  = "openmcp:cluster-provider"
+	adminGroup = "system:masters"
+)
+
+// Lifetimes. The CA (certutil's default, 10 years) outlives any cluster; leaf certificates are re-issued at every start of the
+// cluster's processes (serving) or kept for a year (admin, re-issued when it is close to expiry).
+const (
+	leafValidity = 365 * 24 * time.Hour
+	renewBefore  = 30 * 24 * time.Hour
+)
+
+// pki is the certificate authority of one cluster and what the operator needs of it.
+type pki struct {
+	dir    string
+	caCert *x509.Certificate
+	caKey  crypto.Signer
+	// CAPEM verifies the API server's serving certificate.
+	CAPEM []byte
+	// AdminCertPEM and AdminKeyPEM authenticate the operator as adminUser in system:masters.
+	AdminCertPEM, AdminKeyPEM []byte
+}
+
+// loadOrCreatePKI reads the cluster's CA, admin certificate and service-account key pair from
+// dir, creating whatever is missing, and (re-)issues the serving certificate for hosts. Keys are
+// generated in-process (ECDSA P-256).
+func loadOrCreatePKI(dir string, hosts []string) (*pki, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := &pki{dir: dir}
+	if err := p.loadOrCreateCA(); err != nil {
+		return nil, fmt.Errorf("the cluster CA in %s: %w", dir, err)
+	}
+	if err := p.ensureSAKeys(); err != nil {
+		return nil, fmt.Errorf("the service-account keys in %s: %w", dir, err)
+	}
+	var err error
+	p.AdminCertPEM, p.AdminKeyPEM, err = p.loadOrIssue(adminCertFile, adminKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
+		return p.issue(pkix.Name{CommonName: adminUser, Organization: []string{adminGroup}}, nil, x509.ExtKeyUsageClientAuth)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the admin certificate in %s: %w", dir, err)
+	}
+	if err := p.issueServing(hosts); err != nil {
+		return nil, fmt.Errorf("the serving certificate in %s: %w", dir, err)
+	}
+	return p, nil
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+func (p *pki) loadOrCreateCA() error {
+	certPEM, certErr := os.ReadFile(p.path(caCertFile))
+	key, keyErr := keyutil.PrivateKeyFromFile(p.path(caKeyFile))
+	if certErr == nil && keyErr == nil {
+		certs, err := certutil.ParseCertsPEM(certPEM)
+		if err != nil {
+			return err
+		}
+		signer, ok := key.(crypto.Signer)
+		if !ok {
+			return errors.New(caKeyFile + " holds no signing key")
+		}
+		p.caCert, p.caKey, p.CAPEM = certs[0], signer, certPEM
+		return nil
+	}
+	if !errors.Is(certErr, os.ErrNotExist) && certErr != nil {
+		return certErr
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	ca, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "local-cluster-ca"}, caKey)
+	if err != nil {
+		return err
+	}
+	certPEM, err = certutil.EncodeCertificates(ca)
+	if err != nil {
+		return err
+	}
+	if err := writeKey(p.path(caKeyFile), caKey); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(p.path(caCertFile), certPEM, 0o644); err != nil {
+		return err
+	}
+	p.caCert, p.caKey, p.CAPEM = ca, caKey, certPEM
+	return nil
+}
+
+// ensureSAKeys creates the key pair that signs and verifies service-account tokens.
+func (p *pki) ensureSAKeys() error {
+	if _, err := os.Stat(p.path(saKeyFile)); err == nil {
+		if _, err := os.Stat(p.path(saPubFile)); err == nil {
+			return nil
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return err
+	}
+	if err := writeKey(p.path(saKeyFile), key); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+}
+
+// issueServing issues the API server's serving certificate for hosts (IP addresses or DNS
+// names) and the in-cluster names of the kubernetes Service.
+func (p *pki) issueServing(hosts []string) error {
+	var ips []net.IP
+	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			dns = append(dns, h)
+		}
+	}
+	ips = append(ips, net.ParseIP(serviceIP))
+	cert, key, err := p.issue(pkix.Name{CommonName: "kube-apiserver"}, &sans{ips: ips, dns: dns}, x509.ExtKeyUsageServerAuth)
+	if err != nil {
+		return err
+	}
+	return p.write(servingCertFile, servingKeyFile, cert, key)
+}
+
+type sans struct {
+	ips []net.IP
+	dns []string
+}
+
+// loadOrIssue returns the PEM certificate and key in certFile and keyFile, issuing new ones with
+// issue when they are missing, unreadable, not signed by this CA or close to expiry.
+func (p *pki) loadOrIssue(certFile, keyFile string, issue func() (*x509.Certificate, crypto.Signer, error)) (certPEM, keyPEM []byte, err error) {
+	certPEM, certErr := os.ReadFile(p.path(certFile))
+	keyPEM, keyErr := os.ReadFile(p.path(keyFile))
+	if certErr == nil && keyErr == nil {
+		if certs, err := certutil.ParseCertsPEM(certPEM); err == nil &&
+			certs[0].CheckSignatureFrom(p.caCert) == nil && time.Until(certs[0].NotAfter) > renewBefore {
+			return certPEM, keyPEM, nil
+		}
+	}
+	cert, key, err := issue()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.write(certFile, keyFile, cert, key); err != nil {
+		return nil, nil, err
+	}
+	return p.loadOrIssue(certFile, keyFile, func() (*x509.Certificate, crypto.Signer, error) {
+		return nil, nil, errors.New("a certificate just written does not read back")
+	})
+}
+
+// issue signs a new leaf certificate with a fresh ECDSA P-256 key.
+func (p *pki) issue(subject pkix.Name, alt *sans, usage x509.ExtKeyUsage) (*x509.Certificate, crypto.Signer, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      subject,
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+	}
+	if alt != nil {
+		tmpl.IPAddresses, tmpl.DNSNames = alt.ips, alt.dns
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	return cert, key, err
+}
+
+func (p *pki) write(certFile, keyFile string, cert *x509.Certificate, key crypto.Signer) error {
+	certPEM, err := certutil.EncodeCertificates(cert)
+	if err != nil {
+		return err
+	}
+	if err := writeKey(p.path(keyFile), key); err != nil {
+		return err
+	}
+	return writeFileAtomic(p.path(certFile), certPEM, 0o644)
+}
+
+func writeKey(path string, key crypto.PrivateKey) error {
+	data, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data, 0o600)
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return n
+}
+
+// writeFileAtomic writes data to path through a temporary file in the same folder and a rename,
+// so that a reader (or a crash) never sees a half-written file.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Chmod(perm)
+	}
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+	}
+	return werr
+}

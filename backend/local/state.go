@@ -1,0 +1,120 @@
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The layout of a cluster's folder, <state-dir>/<Cluster UID>/. The folder is 0700.
+const (
+	metaFile       = "cluster.json" // meta, written atomically
+	pkiDir         = "pki"          // certificates and keys (pki.go)
+	etcdDataDir    = "etcd"         // etcd's data
+	authConfigFile = "authn.yaml"   // the structured authentication config
+	logDir         = "logs"         // etcd.log, kube-apiserver.log
+	etcdLogFile    = "etcd.log"     //
+	apiLogFile     = "kube-apiserver.log"
+)
+
+// meta is what a cluster's folder records about it, so that the cluster can be adopted again after
+// a restart of the operator: same ports, same version.
+type meta struct {
+	UID       types.UID `json:"uid"`
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	Profile   string    `json:"profile"`
+	// Version is the Kubernetes version the cluster was created with.
+	Version string `json:"version"`
+	Ports   ports  `json:"ports"`
+}
+
+// ports are a cluster's TCP ports on the loopback (etcd) or the advertise host (API server).
+type ports struct {
+	APIServer int `json:"apiServer"`
+	Etcd      int `json:"etcd"`
+	EtcdPeer  int `json:"etcdPeer"`
+}
+
+func readMeta(dir string) (meta, error) {
+	var m meta
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%s: %w", filepath.Join(dir, metaFile), err)
+	}
+	if m.UID == "" || m.Version == "" {
+		return m, fmt.Errorf("%s: uid or version missing", filepath.Join(dir, metaFile))
+	}
+	return m, nil
+}
+
+func writeMeta(dir string, m meta) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, metaFile), data, 0o600)
+}
+
+// portAllocator hands out free TCP ports. Ports are checked by binding them, so a port taken by
+// any other process is never handed out; taken ports are remembered until released, so that two
+// clusters starting at once never get the same one.
+type portAllocator struct {
+	host  string
+	taken map[int]bool
+}
+
+// free reports whether port can be bound on the allocator's host now.
+func (a *portAllocator) free(port int) bool {
+	if port <= 0 {
+		return false
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(a.host, strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
+}
+
+// allocate returns a port the kernel considers free and nobody here holds.
+func (a *portAllocator) allocate() (int, error) {
+	for range 100 {
+		l, err := net.Listen("tcp", net.JoinHostPort(a.host, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("finding a free port on %s: %w", a.host, err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !a.taken[port] {
+			a.taken[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port found in 100 tries")
+}
+
+// keep reuses port if nobody holds it, else allocates another. changed reports a new port.
+func (a *portAllocator) keep(port int) (p int, changed bool, err error) {
+	if port > 0 && !a.taken[port] && a.free(port) {
+		a.taken[port] = true
+		return port, false, nil
+	}
+	p, err = a.allocate()
+	return p, err == nil, err
+}
+
+func (a *portAllocator) release(ps ports) {
+	delete(a.taken, ps.APIServer)
+	delete(a.taken, ps.Etcd)
+	delete(a.taken, ps.EtcdPeer)
+}
