@@ -370,14 +370,19 @@ func (e *Engine) stopAll() {
 	wg.Wait()
 }
 
-// dispatch enqueues req to the profile's controller of kind, if the profile runs. It holds the
-// read lock while adding, so once stopLocked has removed a route no event gets through.
-func (e *Engine) dispatch(kind, profile string, req reconcile.Request) {
+// Enqueue asks the profile's reconciler of kind to reconcile req. The routing handler calls it
+// for informer events; others call it for changes the informer cannot see (a cluster process that
+// became healthy or crashed). It reports whether the profile runs; if not, nothing happens. It
+// holds the read lock while adding, so once stopLocked has removed a route nothing gets through,
+// and it never blocks.
+func (e *Engine) Enqueue(kind, profile string, req reconcile.Request) bool {
 	e.mu.RLock()
-	if c := e.routes[kind][profile]; c != nil {
+	defer e.mu.RUnlock()
+	c := e.routes[kind][profile]
+	if c != nil {
 		c.add(req)
 	}
-	e.mu.RUnlock()
+	return c != nil
 }
 
 // MatchingKey is a list option that selects, from the shared cache, the objects of kind whose

@@ -83,5 +83,5 @@ func (r *router) route(key string, o client.Object) {
 	if key == "" {
 		return
 	}
-	r.engine.dispatch(r.kind.Name, key, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
+	r.engine.Enqueue(r.kind.Name, key, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(o)})
 }

@@ -17,6 +17,9 @@ const (
 	ConditionProfilePublished = "ProfilePublished"
 	// ConditionControllersRunning says whether the profile's reconcilers run.
 	ConditionControllersRunning = "ControllersRunning"
+	// ConditionVersionsServed says whether the backend serves every version spec.supportedVersions
+	// lists; those it does not serve are left out of the ClusterProfile.
+	ConditionVersionsServed = "VersionsServed"
 	// ConditionClustersDeleted says, while deleting, whether Clusters still use the profile.
 	ConditionClustersDeleted = "ClustersDeleted"
 )
@@ -29,6 +32,9 @@ const (
 	ReasonProfileNameTaken   = "ProfileNameTaken"
 	ReasonPublishFailed      = "PublishFailed"
 	ReasonRunning            = "Running"
+	ReasonVersionsServed     = "VersionsServed"
+	ReasonVersionsNotServed  = "VersionsNotServed"
+	ReasonBackendUnavailable = "BackendUnavailable"
 	ReasonStarted            = "ControllersStarted"
 	ReasonRestarted          = "ControllersRestarted"
 	ReasonStartFailed        = "StartFailed"

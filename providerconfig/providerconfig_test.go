@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/api/constants"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -84,14 +84,7 @@ func requireCondition(t *testing.T, s common.Status, condType string, status met
 
 func hasEvent(t *testing.T, regarding string, reason string) bool {
 	t.Helper()
-	list := &eventsv1.EventList{}
-	require.NoError(t, env.Client.List(context.Background(), list))
-	for _, e := range list.Items {
-		if e.Regarding.Name == regarding && e.Reason == reason {
-			return true
-		}
-	}
-	return false
+	return env.HasEvent(t, regarding, reason)
 }
 
 func newCluster(t *testing.T, ns, name, profile string) *clustersv1alpha1.Cluster {
@@ -128,9 +121,10 @@ func TestProfileLifecycle(t *testing.T) {
 	got := waitPhase(t, pc, common.PhaseReady)
 	assert.Equal(t, name, got.Status.Profile)
 	assert.Contains(t, got.Finalizers, kit.Finalizer(testProvider))
-	for _, c := range []string{ConditionSpecValid, ConditionProfilePublished, ConditionControllersRunning} {
+	for _, c := range []string{ConditionSpecValid, ConditionVersionsServed, ConditionProfilePublished, ConditionControllersRunning} {
 		cond := requireCondition(t, got.Status.Status, c, metav1.ConditionTrue, map[string]string{
-			ConditionSpecValid: ReasonValid, ConditionProfilePublished: ReasonPublished, ConditionControllersRunning: ReasonRunning,
+			ConditionSpecValid: ReasonValid, ConditionVersionsServed: ReasonVersionsServed,
+			ConditionProfilePublished: ReasonPublished, ConditionControllersRunning: ReasonRunning,
 		}[c])
 		assert.Equal(t, got.Generation, cond.ObservedGeneration)
 	}
@@ -150,7 +144,8 @@ func TestProfileLifecycle(t *testing.T) {
 	ns := env.Namespace(t)
 	cl := waitClusterReconciled(t, newCluster(t, ns, "c1", name))
 	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase)
-	requireCondition(t, cl.Status.Status, cluster.ConditionProvisioned, metav1.ConditionFalse, cluster.ReasonNoBackend)
+	requireCondition(t, cl.Status.Status, cluster.ConditionProvisioned, metav1.ConditionTrue, cluster.ReasonProvisioned)
+	requireCondition(t, cl.Status.Status, cluster.ConditionAPIServerReady, metav1.ConditionFalse, backend.ReasonStarting)
 
 	// A spec change: the profile follows, the controllers restart once.
 	cur, _ := get(t, client.ObjectKeyFromObject(pc), &providersv1alpha1.ProviderConfig{})
@@ -348,7 +343,7 @@ func TestAccessRequests(t *testing.T) {
 		got, _ = get(t, client.ObjectKeyFromObject(mine), &clustersv1alpha1.AccessRequest{})
 		return got.Status.Phase == common.PhasePending
 	}, "the AccessRequest was not answered")
-	requireCondition(t, got.Status.Status, accessrequest.ConditionGranted, metav1.ConditionFalse, accessrequest.ReasonNoBackend)
+	requireCondition(t, got.Status.Status, accessrequest.ConditionGranted, metav1.ConditionFalse, accessrequest.ReasonNotImplemented)
 	assert.Equal(t, got.Generation, got.Status.ObservedGeneration)
 	untouched, _ := get(t, client.ObjectKeyFromObject(foreign), &clustersv1alpha1.AccessRequest{})
 	assert.Equal(t, foreign.ResourceVersion, untouched.ResourceVersion, "another provider's AccessRequest was written to")
@@ -409,11 +404,13 @@ func TestFirstReconcileSucceeds(t *testing.T) {
 		Client:       env.Client,
 		Engine:       f,
 		Builder:      &profile.Builder{Client: env.Client, ProviderName: testProvider},
+		Backends:     backend.Registry{"local": versionsBackend{}},
 		ProviderName: testProvider,
 		Environment:  testEnvironment,
 	}
-	_, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pc)})
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pc)})
 	require.NoError(t, err)
+	assert.Zero(t, res, "no retry: no conflict was swallowed")
 	got, _ := get(t, client.ObjectKeyFromObject(pc), &providersv1alpha1.ProviderConfig{})
 	assert.Equal(t, common.PhaseReady, got.Status.Phase)
 	assert.Contains(t, got.Finalizers, kit.Finalizer(testProvider))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +23,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/manager"
@@ -55,6 +57,8 @@ type Reconciler struct {
 	Engine Engine
 	// Builder builds a profile's reconcilers.
 	Builder Builder
+	// Backends run the clusters, by spec.backend; they decide which versions the profile offers.
+	Backends backend.Registry
 	// ProviderName is this operator's --provider-name.
 	ProviderName string
 	// Environment is this operator's --environment; it prefixes profile names.
@@ -88,8 +92,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // Reconcile follows the usual shape: fetch, operation annotation, then reconcileDelete or
-// reconcileNormal; the status is written once at the end.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, retErr error) {
+// reconcileNormal; the status is written once at the end. A lost optimistic-lock race (another
+// writer changed the ProviderConfig) is retried quietly.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return kit.QuietConflict(r.reconcile(ctx, req))
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, retErr error) {
 	name := profile.Name(r.Environment, r.ProviderName, req.Name)
 	pc := &providersv1alpha1.ProviderConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pc); err != nil {
@@ -130,8 +139,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 		return reconcile.Result{}, nil
 	}
 	setCondition(pc, ConditionSpecValid, true, ReasonValid, "The spec is valid.")
+	offer := r.offer(pc)
 
-	if err := r.publish(ctx, pc, name); err != nil {
+	if err := r.publish(ctx, pc, name, offer.Versions); err != nil {
 		reason := kit.ReasonOf(err, ReasonPublishFailed)
 		setCondition(pc, ConditionProfilePublished, false, reason, err.Error())
 		if reason == ReasonProfileNameTaken {
@@ -144,9 +154,35 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 	return reconcile.Result{}, r.run(ctx, pc, name)
 }
 
-// publish creates or updates the ClusterProfile, unless a profile of that name belongs to
-// another provider or ProviderConfig.
-func (r *Reconciler) publish(ctx context.Context, pc *providersv1alpha1.ProviderConfig, name string) error {
+// offer computes the versions the profile offers and records in a condition which wanted versions
+// the backend does not serve.
+func (r *Reconciler) offer(pc *providersv1alpha1.ProviderConfig) backend.Offer {
+	be := r.Backends.Get(string(pc.Spec.Backend))
+	offer := profile.OfferOf(pc, be)
+	switch {
+	case be == nil:
+		setCondition(pc, ConditionVersionsServed, false, ReasonBackendUnavailable, fmt.Sprintf(
+			"Backend %q does not run in this operator, so the ClusterProfile offers no version and no Cluster of it is provisioned.", pc.Spec.Backend))
+	case len(offer.Missing) > 0:
+		setCondition(pc, ConditionVersionsServed, false, ReasonVersionsNotServed, backend.MissingMessage(be.Name(), offer.Missing, be.Versions()))
+	default:
+		setCondition(pc, ConditionVersionsServed, true, ReasonVersionsServed, fmt.Sprintf(
+			"The %s backend serves every offered version: %s.", be.Name(), versionList(offer.Versions)))
+	}
+	return offer
+}
+
+func versionList(vs []clustersv1alpha1.SupportedK8sVersion) string {
+	names := make([]string, len(vs))
+	for i, v := range vs {
+		names[i] = v.Version
+	}
+	return strings.Join(names, ", ")
+}
+
+// publish creates or updates the ClusterProfile, offering versions, unless a profile of that name
+// belongs to another provider or ProviderConfig.
+func (r *Reconciler) publish(ctx context.Context, pc *providersv1alpha1.ProviderConfig, name string, versions []clustersv1alpha1.SupportedK8sVersion) error {
 	cp := &clustersv1alpha1.ClusterProfile{}
 	cp.Name = name
 	op, err := controllerutil.CreateOrPatch(ctx, r.Client, cp, func() error {
@@ -158,7 +194,7 @@ func (r *Reconciler) publish(ctx context.Context, pc *providersv1alpha1.Provider
 		cp.Spec = clustersv1alpha1.ClusterProfileSpec{
 			ProviderRef:       common.LocalObjectReference{Name: r.ProviderName},
 			ProviderConfigRef: common.LocalObjectReference{Name: pc.Name},
-			SupportedVersions: pc.Spec.SupportedVersions,
+			SupportedVersions: versions,
 		}
 		return nil
 	})

@@ -2,18 +2,22 @@ package providerconfig
 
 import (
 	"context"
+	"errors"
 	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/manager"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
@@ -71,13 +75,16 @@ func startOperator(t *testing.T) *countingEngine {
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(e))
 	counting := &countingEngine{Engine: e, starts: map[string]int{}}
+	backends := backend.Registry{string(providersv1alpha1.BackendLocal): versionsBackend{}}
 	rec := &Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("providerconfig"),
 		Engine:   counting,
 		Builder: &profile.Builder{
 			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("cluster-provider"), ProviderName: testProvider,
+			Backends: backends,
 		},
+		Backends:     backends,
 		ProviderName: testProvider,
 		Environment:  testEnvironment,
 	}
@@ -96,6 +103,25 @@ func startOperator(t *testing.T) *countingEngine {
 	})
 	<-e.Ready()
 	return counting
+}
+
+// versionsBackend is a test double of a backend: these tests are about the ProviderConfig
+// lifecycle, not clusters (controllers/cluster tests the real local backend). It serves
+// servedVersions and reports every cluster as provisioned but never ready; deletion is immediate.
+type versionsBackend struct{}
+
+var servedVersions = []string{"1.38.0", "1.37.1", "1.36.3"}
+
+func (versionsBackend) Name() string       { return "local" }
+func (versionsBackend) Versions() []string { return servedVersions }
+func (versionsBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, string) (backend.State, error) {
+	return backend.State{Reason: backend.ReasonStarting, Message: "test double: never ready"}, nil
+}
+func (versionsBackend) Delete(context.Context, *clustersv1alpha1.Cluster) (bool, error) {
+	return true, nil
+}
+func (versionsBackend) AdminConfig(context.Context, *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	return nil, errors.New("test double: no cluster")
 }
 
 func profileName(pc *providersv1alpha1.ProviderConfig) string {

@@ -11,6 +11,8 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/openmcp-local/cluster-provider/backend/local"
 )
 
 // Exit codes.
@@ -83,11 +85,17 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitUsage
 	}
 
+	bins, err := local.LoadBinaries(ctx, o.LocalBinaryDirs)
+	if err != nil {
+		fmt.Fprintf(stderr, "cluster-provider run: %v\n", err)
+		return exitUsage
+	}
+
 	log := zap.New(zap.UseFlagOptions(&o.Zap), zap.WriteTo(stderr))
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
 
-	mgr, err := newOperator(ctx, o, cfg, log)
+	mgr, err := newOperator(ctx, o, cfg, bins, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "cluster-provider run: %v\n", err)
 		return exitFailure

@@ -14,8 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/local"
 	"github.com/openmcp-local/cluster-provider/controllers/labeller"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/manager"
@@ -61,7 +65,7 @@ func restConfig(path string) (*rest.Config, error) {
 // newOperator builds the manager of `run`: the engine that runs each ClusterProfile's
 // controllers, the ProviderConfig controller and the AccessRequest labeller as enabled, and the
 // health checks. Nothing runs until the manager starts.
-func newOperator(ctx context.Context, o *runOptions, c *Config, log logr.Logger) (ctrl.Manager, error) {
+func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Binaries, log logr.Logger) (ctrl.Manager, error) {
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -93,6 +97,10 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, log logr.Logger)
 		return nil, fmt.Errorf("adding the controller engine: %w", err)
 	}
 
+	backends, err := newBackends(mgr, engine, o, bins, log)
+	if err != nil {
+		return nil, err
+	}
 	if o.Enabled[controllerProviderConfig] {
 		r := &providerconfig.Reconciler{
 			Client:   mgr.GetClient(),
@@ -102,7 +110,9 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, log logr.Logger)
 				Client:       mgr.GetClient(),
 				Recorder:     mgr.GetEventRecorder(reporterProfile),
 				ProviderName: o.ProviderName,
+				Backends:     backends,
 			},
+			Backends:     backends,
 			ProviderName: o.ProviderName,
 			Environment:  o.Environment,
 		}
@@ -128,6 +138,41 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, log logr.Logger)
 		return nil, err
 	}
 	return mgr, nil
+}
+
+// newBackends builds the cluster backends: the local one when --local-binaries names folders. It
+// runs in the manager (leader only) and tells the engine when a cluster's state changes.
+func newBackends(mgr ctrl.Manager, engine *manager.Engine, o *runOptions, bins []local.Binaries, log logr.Logger) (backend.Registry, error) {
+	backends := backend.Registry{}
+	if len(bins) == 0 {
+		log.Info("No --local-binaries: the local backend is off; Clusters of local ProviderConfigs are not provisioned")
+		return backends, nil
+	}
+	reader := mgr.GetAPIReader()
+	lb, err := local.New(local.Options{
+		Binaries:      bins,
+		StateDir:      o.StateDir,
+		AdvertiseHost: o.LocalAdvertiseHost,
+		MaxClusters:   o.LocalMaxClusters,
+		Notify: func(r backend.Ref) {
+			engine.Enqueue(profile.KindCluster, r.Profile, reconcile.Request{NamespacedName: r.NamespacedName})
+		},
+		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
+			list := &clustersv1alpha1.ClusterList{}
+			err := reader.List(ctx, list)
+			return list.Items, err
+		},
+		Logger: log.WithName("local"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(lb); err != nil {
+		return nil, fmt.Errorf("adding the local backend: %w", err)
+	}
+	log.Info("The local backend serves", "versions", lb.Versions(), "stateDir", o.StateDir)
+	backends[local.Name] = lb
+	return backends, nil
 }
 
 // cacheSynced is a readiness check that passes once the shared cache has synced.

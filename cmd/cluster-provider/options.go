@@ -48,6 +48,18 @@ type runOptions struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is --health-probe-bind-address (/healthz, /readyz); "0" disables it.
 	HealthProbeBindAddress string
+	// LocalBinaries is --local-binaries: comma-separated folders, each with a kube-apiserver and
+	// an etcd. Empty disables the local backend.
+	LocalBinaries string
+	// LocalBinaryDirs holds LocalBinaries split, filled by validate.
+	LocalBinaryDirs []string
+	// StateDir is --state-dir: one folder per local cluster. Default /var/lib/cluster-provider.
+	StateDir string
+	// LocalAdvertiseHost is --local-advertise-host: the host of local clusters' endpoints.
+	// Default 127.0.0.1.
+	LocalAdvertiseHost string
+	// LocalMaxClusters is --local-max-clusters. Default 20.
+	LocalMaxClusters int
 	// Zap holds the --zap-* logging flags.
 	Zap zap.Options
 }
@@ -73,6 +85,14 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"host:port of the metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081",
 		"host:port of /healthz and /readyz; 0 disables them.")
+	fs.StringVar(&o.LocalBinaries, "local-binaries", "",
+		"Comma-separated folders, each holding a kube-apiserver and an etcd, for the local backend; the version each offers is what its kube-apiserver --version prints. Empty disables the local backend.")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/cluster-provider",
+		"Folder of the local backend's clusters: one folder per Cluster with its data, certificates and ports.")
+	fs.StringVar(&o.LocalAdvertiseHost, "local-advertise-host", "127.0.0.1",
+		"Host (IP or DNS name) in local clusters' endpoints and serving certificates; a non-loopback host makes their API servers listen on every interface.")
+	fs.IntVar(&o.LocalMaxClusters, "local-max-clusters", 20,
+		"How many local clusters may run at once; Clusters beyond get Provisioned=False, reason CapacityExhausted.")
 	o.Zap.BindFlags(fs)
 	return fs
 }
@@ -108,6 +128,21 @@ func (o *runOptions) validate() error {
 	enabled, err := parseControllers(o.Controllers)
 	errs = append(errs, err)
 	o.Enabled = enabled
+	o.LocalBinaryDirs = nil
+	for dir := range strings.SplitSeq(o.LocalBinaries, ",") {
+		if dir = strings.TrimSpace(dir); dir != "" {
+			o.LocalBinaryDirs = append(o.LocalBinaryDirs, dir)
+		}
+	}
+	if len(o.LocalBinaryDirs) > 0 && o.StateDir == "" {
+		errs = append(errs, errors.New("--state-dir must not be empty when --local-binaries is set"))
+	}
+	if o.LocalMaxClusters < 1 {
+		errs = append(errs, fmt.Errorf("--local-max-clusters %d: must be at least 1", o.LocalMaxClusters))
+	}
+	if h := o.LocalAdvertiseHost; net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
+		errs = append(errs, fmt.Errorf("--local-advertise-host %q: want an IP address or a DNS name", h))
+	}
 	errs = append(errs,
 		bindAddress("--metrics-bind-address", o.MetricsBindAddress),
 		bindAddress("--health-probe-bind-address", o.HealthProbeBindAddress))

@@ -16,14 +16,16 @@ const (
 
 // Reasons of the AccessRequest conditions.
 const (
-	// ReasonNoBackend: this build has no access backend wired in yet.
-	ReasonNoBackend = "NoBackend"
+	// ReasonNotImplemented: this provider does not grant access yet (token and OIDC access come
+	// next); the request stays Pending.
+	ReasonNotImplemented = "NotImplemented"
 )
 
-// setPendingNoBackend keeps the request Pending: it is accepted, but nothing can grant it yet.
-func setPendingNoBackend(ar *clustersv1alpha1.AccessRequest) {
-	kit.SetCondition(&ar.Status.Status, ar.Generation, ConditionGranted, metav1.ConditionFalse, ReasonNoBackend,
-		"The AccessRequest is accepted by this provider, but no access backend is wired in yet, so it stays pending.")
+// setPendingNotImplemented keeps the request Pending: it is accepted, but this provider does not
+// grant access yet.
+func setPendingNotImplemented(ar *clustersv1alpha1.AccessRequest) {
+	kit.SetCondition(&ar.Status.Status, ar.Generation, ConditionGranted, metav1.ConditionFalse, ReasonNotImplemented,
+		"The AccessRequest is accepted by this provider, but granting access (token or OIDC) is not implemented yet, so it stays pending.")
 	ar.Status.ObservedGeneration = ar.Generation
 	ar.Status.Phase = common.PhasePending
 }

@@ -11,18 +11,18 @@ import (
 	"github.com/openmcp-local/cluster-provider/api/common"
 )
 
-func TestSetPendingNoBackend(t *testing.T) {
+func TestSetPendingNotImplemented(t *testing.T) {
 	ar := &clustersv1alpha1.AccessRequest{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
 	// A condition of the central labeller is kept.
 	ar.Status.Conditions = []metav1.Condition{{Type: "ProviderResolved", Status: metav1.ConditionTrue, Reason: "Resolved"}}
-	setPendingNoBackend(ar)
+	setPendingNotImplemented(ar)
 	assert.Equal(t, common.PhasePending, ar.Status.Phase)
 	assert.EqualValues(t, 2, ar.Status.ObservedGeneration)
 	assert.NotNil(t, meta.FindStatusCondition(ar.Status.Conditions, "ProviderResolved"))
 	c := meta.FindStatusCondition(ar.Status.Conditions, ConditionGranted)
 	if assert.NotNil(t, c) {
 		assert.Equal(t, metav1.ConditionFalse, c.Status)
-		assert.Equal(t, ReasonNoBackend, c.Reason)
+		assert.Equal(t, ReasonNotImplemented, c.Reason)
 	}
 }
 

@@ -35,7 +35,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	base := ar.DeepCopy()
-	setPendingNoBackend(ar)
+	setPendingNotImplemented(ar)
 	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, ar, statusOf); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 	}

@@ -1,30 +1,122 @@
 package cluster
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
 // Condition types of a Cluster.
 const (
-	// ConditionProvisioned says whether the cluster behind the Cluster resource exists.
+	// ConditionProvisioned says whether the cluster behind the Cluster resource exists (its
+	// processes, containers or machines were created).
 	ConditionProvisioned = "Provisioned"
+	// ConditionAPIServerReady says whether the cluster's API server serves requests.
+	ConditionAPIServerReady = "APIServerReady"
+	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
+	ConditionDeleted = "Deleted"
 )
 
-// Reasons of the Cluster conditions and Events.
+// Reasons of the Cluster conditions and Events. The backend's reasons (backend.Reason*) are used
+// as they are: VersionNotSupported, CapacityExhausted, Starting, Restarting, Running,
+// BackendStarting.
 const (
-	// ReasonNoBackend: this build has no cluster backend wired in yet.
-	ReasonNoBackend = "NoBackend"
-	// ReasonDeleted: the Cluster's finalizer was removed.
+	// ReasonProvisioned: the backend created the cluster.
+	ReasonProvisioned = "Provisioned"
+	// ReasonBackendUnavailable: the ProviderConfig's backend does not run in this operator.
+	ReasonBackendUnavailable = "BackendUnavailable"
+	// ReasonProvisioningFailed: the backend failed for a reason worth retrying.
+	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonWaitingForFinalizers: the deletion waits for other controllers' finalizers.
+	ReasonWaitingForFinalizers = "WaitingForFinalizers"
+	// ReasonDeleting: the backend deletes the cluster.
+	ReasonDeleting = "Deleting"
+	// ReasonDeleted: the cluster is gone and the finalizer removed (Event only).
 	ReasonDeleted = "Deleted"
+	// ReasonReady: the cluster became ready (Event only).
+	ReasonReady = "Ready"
+	// ReasonProcessRestarted: a process of the cluster exited and is restarted (Event only).
+	ReasonProcessRestarted = "ProcessRestarted"
 )
 
-// setNoBackend records that the Cluster is accepted but not provisioned, because no backend is
-// wired in yet.
-func setNoBackend(cl *clustersv1alpha1.Cluster) {
-	kit.SetCondition(&cl.Status.Status, cl.Generation, ConditionProvisioned, metav1.ConditionFalse, ReasonNoBackend,
-		"The Cluster is accepted by this provider, but no cluster backend is wired in yet, so nothing is provisioned.")
+func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason, message string) {
+	status := metav1.ConditionFalse
+	if ok {
+		status = metav1.ConditionTrue
+	}
+	kit.SetCondition(&cl.Status.Status, cl.Generation, condType, status, reason, message)
+}
+
+// setNotProvisioned records why nothing runs for cl. The API server cannot be ready either.
+func setNotProvisioned(cl *clustersv1alpha1.Cluster, reason, message string) {
+	setCondition(cl, ConditionProvisioned, false, reason, message)
+	setCondition(cl, ConditionAPIServerReady, false, reason, "No cluster runs: see condition Provisioned.")
+}
+
+// setState records what the backend observes of cl's cluster: conditions, endpoints and the
+// provider status. It never writes a credential.
+func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backend.State) error {
+	if s.Reason == backend.ReasonBackendStarting {
+		setNotProvisioned(cl, s.Reason, s.Message)
+		return nil
+	}
+	setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
+		fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, version))
+	setCondition(cl, ConditionAPIServerReady, s.Ready, s.Reason, s.Message)
+	cl.Status.APIServer = s.Endpoint
+	cl.Status.Endpoints = cl.Status.Endpoints[:0]
+	for name, url := range s.Endpoints {
+		cl.Status.Endpoints = append(cl.Status.Endpoints, clustersv1alpha1.Endpoint{Name: name, URL: url})
+	}
+	slices.SortFunc(cl.Status.Endpoints, func(a, b clustersv1alpha1.Endpoint) int { return strings.Compare(a.Name, b.Name) })
+	if len(cl.Status.Endpoints) == 0 {
+		cl.Status.Endpoints = nil
+	}
+	if s.ProviderStatus == nil {
+		cl.Status.ProviderStatus = nil
+		return nil
+	}
+	raw, err := json.Marshal(s.ProviderStatus)
+	if err != nil {
+		return fmt.Errorf("marshalling the provider status: %w", err)
+	}
+	if cl.Status.ProviderStatus == nil || string(cl.Status.ProviderStatus.Raw) != string(raw) {
+		cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
+	}
+	return nil
+}
+
+// setWaitingForFinalizers records a deletion that waits for the finalizers of other controllers.
+func setWaitingForFinalizers(cl *clustersv1alpha1.Cluster, foreign []string) {
+	setCondition(cl, ConditionDeleted, false, ReasonWaitingForFinalizers, fmt.Sprintf(
+		"The cluster is deleted once these finalizers of other controllers are removed: %s.", strings.Join(foreign, ", ")))
+}
+
+// setDeleting records that the backend deletes the cluster.
+func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
+	setCondition(cl, ConditionDeleted, false, ReasonDeleting, fmt.Sprintf("The %s backend deletes the cluster.", backendName))
+}
+
+// finish sets observedGeneration and the phase.
+func finish(cl *clustersv1alpha1.Cluster) {
 	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero())
+}
+
+// transition describes how a condition changed between two statuses: "" if its status and
+// reason are the same.
+func transition(before, after []metav1.Condition, condType string) (changed bool, now *metav1.Condition) {
+	b, a := meta.FindStatusCondition(before, condType), meta.FindStatusCondition(after, condType)
+	if a == nil {
+		return false, nil
+	}
+	return b == nil || b.Status != a.Status || b.Reason != a.Reason, a
 }

@@ -4,38 +4,124 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
-func TestSetNoBackend(t *testing.T) {
-	now := metav1.Now()
+func condition(t *testing.T, cl *clustersv1alpha1.Cluster, condType string) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(cl.Status.Conditions, condType)
+	require.NotNil(t, c, "condition %s", condType)
+	return *c
+}
+
+func TestSetState(t *testing.T) {
+	ready := backend.State{
+		Ready: true, Reason: backend.ReasonRunning, Message: "serving",
+		Endpoint:       "https://127.0.0.1:1234",
+		Endpoints:      map[string]string{"b": "https://b", backend.EndpointAPIServerExternal: "https://127.0.0.1:1234"},
+		Version:        "1.37.1",
+		ProviderStatus: map[string]any{"backend": "local", "restarts": 2},
+	}
 	tests := []struct {
-		name      string
-		deleting  bool
-		wantPhase string
+		name           string
+		state          backend.State
+		wantPhase      string
+		wantProv       metav1.ConditionStatus
+		wantProvReason string
+		wantAPI        metav1.ConditionStatus
+		wantAPIReason  string
+		wantEndpoints  []clustersv1alpha1.Endpoint
+		wantProvStatus string
 	}{
-		{"live cluster", false, common.PhaseProgressing},
-		{"deleting cluster", true, common.PhaseTerminating},
+		{
+			name: "ready", state: ready, wantPhase: common.PhaseReady,
+			wantProv: metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
+			wantProvStatus: `{"backend":"local","restarts":2}`,
+		},
+		{
+			name:      "starting",
+			state:     backend.State{Reason: backend.ReasonStarting, Message: "starting", Endpoint: "https://127.0.0.1:1234"},
+			wantPhase: common.PhaseProgressing,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionFalse, wantAPIReason: backend.ReasonStarting,
+		},
+		{
+			name:      "backend starting: not provisioned yet",
+			state:     backend.State{Reason: backend.ReasonBackendStarting, Message: "adopting"},
+			wantPhase: common.PhaseProgressing,
+			wantProv:  metav1.ConditionFalse, wantProvReason: backend.ReasonBackendStarting,
+			wantAPI: metav1.ConditionFalse, wantAPIReason: backend.ReasonBackendStarting,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 4}}
-			if tt.deleting {
-				cl.DeletionTimestamp = &now
-			}
-			setNoBackend(cl)
+			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+			require.NoError(t, setState(cl, "local", "1.37.1", tt.state))
+			finish(cl)
 			assert.Equal(t, tt.wantPhase, cl.Status.Phase)
-			assert.EqualValues(t, 4, cl.Status.ObservedGeneration)
-			c := meta.FindStatusCondition(cl.Status.Conditions, ConditionProvisioned)
-			if assert.NotNil(t, c) {
-				assert.Equal(t, metav1.ConditionFalse, c.Status)
-				assert.Equal(t, ReasonNoBackend, c.Reason)
-				assert.EqualValues(t, 4, c.ObservedGeneration)
+			assert.EqualValues(t, 3, cl.Status.ObservedGeneration)
+			p := condition(t, cl, ConditionProvisioned)
+			assert.Equal(t, tt.wantProv, p.Status)
+			assert.Equal(t, tt.wantProvReason, p.Reason)
+			a := condition(t, cl, ConditionAPIServerReady)
+			assert.Equal(t, tt.wantAPI, a.Status)
+			assert.Equal(t, tt.wantAPIReason, a.Reason)
+			assert.Equal(t, tt.wantEndpoints, cl.Status.Endpoints)
+			if tt.wantProvStatus == "" {
+				assert.Nil(t, cl.Status.ProviderStatus)
+			} else {
+				require.NotNil(t, cl.Status.ProviderStatus)
+				assert.JSONEq(t, tt.wantProvStatus, string(cl.Status.ProviderStatus.Raw))
 			}
+		})
+	}
+}
+
+func TestSetNotProvisionedAndDeletion(t *testing.T) {
+	now := metav1.Now()
+	cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+	setNotProvisioned(cl, backend.ReasonCapacityExhausted, "too many")
+	finish(cl)
+	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase)
+	assert.Equal(t, "too many", condition(t, cl, ConditionProvisioned).Message)
+	assert.Equal(t, backend.ReasonCapacityExhausted, condition(t, cl, ConditionAPIServerReady).Reason)
+
+	cl.DeletionTimestamp = &now
+	setWaitingForFinalizers(cl, []string{"a/x", "b/y"})
+	finish(cl)
+	assert.Equal(t, common.PhaseTerminating, cl.Status.Phase)
+	d := condition(t, cl, ConditionDeleted)
+	assert.Equal(t, ReasonWaitingForFinalizers, d.Reason)
+	assert.Contains(t, d.Message, "a/x, b/y")
+}
+
+func TestTransition(t *testing.T) {
+	c := func(status metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: ConditionAPIServerReady, Status: status, Reason: reason}}
+	}
+	tests := []struct {
+		name          string
+		before, after []metav1.Condition
+		want          bool
+	}{
+		{"new", nil, c(metav1.ConditionTrue, "Running"), true},
+		{"same", c(metav1.ConditionTrue, "Running"), c(metav1.ConditionTrue, "Running"), false},
+		{"status", c(metav1.ConditionTrue, "Running"), c(metav1.ConditionFalse, "Running"), true},
+		{"reason", c(metav1.ConditionFalse, "Starting"), c(metav1.ConditionFalse, "Restarting"), true},
+		{"absent after", c(metav1.ConditionTrue, "Running"), nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, _ := transition(tt.before, tt.after, ConditionAPIServerReady)
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }

@@ -2,14 +2,20 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
@@ -17,14 +23,23 @@ import (
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=clusters/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=clusterprofiles,verbs=get;list;watch
 
-// Reconciler reconciles the Clusters of one ClusterProfile.
+// retryDelete is how soon a deletion the backend has not finished is looked at again.
+const retryDelete = time.Second
+
+// Reconciler reconciles the Clusters of one ClusterProfile: it makes the backend run a cluster
+// for each and reports what the backend observes.
 type Reconciler struct {
 	kit.ProfileScope
 }
 
 // Reconcile follows the usual shape: fetch, responsibility check, operation annotation,
-// then reconcileDelete or reconcileNormal with one status patch.
+// then reconcileDelete or reconcileNormal with one status patch. A lost optimistic-lock race is
+// retried quietly.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return kit.QuietConflict(r.reconcile(ctx, req))
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	cl := &clustersv1alpha1.Cluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cl); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -33,11 +48,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil || !mine {
 		return reconcile.Result{}, err
 	}
-
 	if stop, err := kit.HandleOperation(ctx, r.Client, cl); stop || err != nil {
 		return reconcile.Result{}, err
 	}
-
 	if !cl.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, cl)
 	}
@@ -61,30 +74,135 @@ func (r *Reconciler) responsible(ctx context.Context, cl *clustersv1alpha1.Clust
 	return prof.Spec.ProviderRef.Name == r.ProviderName, nil
 }
 
+// reconcileNormal makes the backend run cl's cluster and records what it observes. It never waits
+// for the cluster: the backend notifies the engine when the cluster's state changes, and a
+// not-Ready cluster is looked at again after the backend's RetryAfter as a safety net.
 func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.Cluster) (reconcile.Result, error) {
 	if err := kit.AddFinalizer(ctx, r.Client, cl, kit.Finalizer(r.ProviderName)); err != nil {
 		return reconcile.Result{}, err
 	}
-	base := cl.DeepCopy()
-	setNoBackend(cl)
+	if r.Backend == nil {
+		return r.writeStatus(ctx, cl, cl.DeepCopy(), func() {
+			setNotProvisioned(cl, ReasonBackendUnavailable, fmt.Sprintf(
+				"The ProviderConfig of profile %s asks for backend %q, which does not run in this operator; nothing is provisioned.", r.Profile, r.BackendName))
+		})
+	}
+	version, err := r.Offer.Choose(cl.Spec.Kubernetes.Version)
+	if err != nil {
+		return r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, kit.ReasonOf(err, backend.ReasonVersionNotSupported), err.Error()) })
+	}
+	state, err := r.Backend.Ensure(ctx, cl, version)
+	if err != nil {
+		reason := kit.ReasonOf(err, ReasonProvisioningFailed)
+		_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, reason, err.Error()) })
+		if reason != ReasonProvisioningFailed {
+			return reconcile.Result{}, serr // the user must act; their change triggers a reconcile
+		}
+		return reconcile.Result{}, errors.Join(fmt.Errorf("provisioning: %w", err), serr)
+	}
+	if err := r.patchMetadata(ctx, cl, state); err != nil {
+		return reconcile.Result{}, err
+	}
+	var setErr error
+	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setErr = setState(cl, r.BackendName, version, state) })
+	return reconcile.Result{RequeueAfter: state.RetryAfter}, errors.Join(setErr, err)
+}
+
+// writeStatus applies set to cl, emits the Events its condition changes call for and writes the
+// status with one locked patch against base.
+func (r *Reconciler) writeStatus(ctx context.Context, cl, base *clustersv1alpha1.Cluster, set func()) (reconcile.Result, error) {
+	set()
+	finish(cl)
+	r.events(cl, base.Status.Conditions)
 	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, cl, statusOf); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 	}
 	return reconcile.Result{}, nil
 }
 
+// events emits an Event for every condition change worth one.
+func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condition) {
+	if changed, c := transition(before, cl.Status.Conditions, ConditionProvisioned); changed {
+		if c.Status == metav1.ConditionTrue {
+			r.Event(cl, "Normal", ReasonProvisioned, "Provision", "%s", c.Message)
+		} else if c.Reason != backend.ReasonBackendStarting {
+			r.Event(cl, "Warning", c.Reason, "Provision", "%s", c.Message)
+		}
+	}
+	if changed, c := transition(before, cl.Status.Conditions, ConditionAPIServerReady); changed {
+		switch {
+		case c.Status == metav1.ConditionTrue:
+			r.Event(cl, "Normal", ReasonReady, "Ready", "%s", c.Message)
+		case c.Reason == backend.ReasonRestarting:
+			r.Event(cl, "Warning", ReasonProcessRestarted, "Restart", "%s", c.Message)
+		}
+	}
+}
+
+// patchMetadata sets the provider and k8sversion labels and the providerinfo annotation.
+func (r *Reconciler) patchMetadata(ctx context.Context, cl *clustersv1alpha1.Cluster, s backend.State) error {
+	want := map[string]string{clustersv1alpha1.ProviderLabel: r.ProviderName}
+	if s.Version != "" {
+		want[clustersv1alpha1.K8sVersionLabel] = s.Version
+	}
+	labels, annotations := cl.GetLabels(), cl.GetAnnotations()
+	same := labels[clustersv1alpha1.ProviderLabel] == want[clustersv1alpha1.ProviderLabel] &&
+		(s.Version == "" || labels[clustersv1alpha1.K8sVersionLabel] == s.Version) &&
+		(s.Info == "" || annotations[clustersv1alpha1.ProviderInfoAnnotation] == s.Info)
+	if same {
+		return nil
+	}
+	base := cl.DeepCopy()
+	if cl.Labels == nil {
+		cl.Labels = map[string]string{}
+	}
+	for k, v := range want {
+		cl.Labels[k] = v
+	}
+	if s.Info != "" {
+		if cl.Annotations == nil {
+			cl.Annotations = map[string]string{}
+		}
+		cl.Annotations[clustersv1alpha1.ProviderInfoAnnotation] = s.Info
+	}
+	if err := r.Client.Patch(ctx, cl, kit.LockedMergeFrom(base)); err != nil {
+		return fmt.Errorf("labelling the Cluster: %w", err)
+	}
+	return nil
+}
+
+// reconcileDelete waits for the finalizers of other controllers, then has the backend delete the
+// cluster, and removes this provider's finalizer once nothing of the cluster is left.
 func (r *Reconciler) reconcileDelete(ctx context.Context, cl *clustersv1alpha1.Cluster) (reconcile.Result, error) {
 	finalizer := kit.Finalizer(r.ProviderName)
 	if !controllerutil.ContainsFinalizer(cl, finalizer) {
 		return reconcile.Result{}, nil
 	}
-	// No backend is wired in yet, so there is nothing to delete behind the Cluster.
+	if foreign := slices.DeleteFunc(slices.Clone(cl.Finalizers), func(f string) bool { return f == finalizer }); len(foreign) > 0 {
+		// The Cluster's update that removes one of them triggers the next reconcile.
+		return r.writeStatus(ctx, cl, cl.DeepCopy(), func() {
+			before := cl.Status.DeepCopy()
+			setWaitingForFinalizers(cl, foreign)
+			if changed, _ := transition(before.Conditions, cl.Status.Conditions, ConditionDeleted); changed {
+				r.Event(cl, "Normal", ReasonWaitingForFinalizers, "Delete", "Waiting for finalizers %v before deleting the cluster", foreign)
+			}
+		})
+	}
+	if r.Backend != nil {
+		gone, err := r.Backend.Delete(ctx, cl)
+		if err != nil || !gone {
+			_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setDeleting(cl, r.BackendName) })
+			if err != nil {
+				return reconcile.Result{}, errors.Join(fmt.Errorf("deleting the cluster: %w", err), serr)
+			}
+			return reconcile.Result{RequeueAfter: retryDelete}, serr
+		}
+	}
 	if err := kit.RemoveFinalizer(ctx, r.Client, cl, finalizer); err != nil {
 		return reconcile.Result{}, err
 	}
-	if r.Recorder != nil {
-		r.Recorder.Eventf(cl, nil, "Normal", ReasonDeleted, "Delete", "Cluster released: nothing was provisioned for it")
-	}
+	log.FromContext(ctx).Info("Deleted the cluster", "backend", r.BackendName)
+	r.Event(cl, "Normal", ReasonDeleted, "Delete", "The %s cluster is deleted", r.BackendName)
 	return reconcile.Result{}, nil
 }
 

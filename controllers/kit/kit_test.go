@@ -24,8 +24,8 @@ func obj(gen int64, annotations map[string]string, deleting bool) *clustersv1alp
 }
 
 var (
-	ignore    = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueIgnore}
-	reconcile = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueReconcile}
+	ignore       = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueIgnore}
+	reconcileNow = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueReconcile}
 )
 
 func TestStandardFilterUpdates(t *testing.T) {
@@ -37,12 +37,12 @@ func TestStandardFilterUpdates(t *testing.T) {
 		{"status-only change", obj(1, nil, false), obj(1, nil, false), false},
 		{"generation change", obj(1, nil, false), obj(2, nil, false), true},
 		{"deletion started", obj(1, nil, false), obj(1, nil, true), true},
-		{"got reconcile annotation", obj(1, nil, false), obj(1, reconcile, false), true},
-		{"kept reconcile annotation", obj(1, reconcile, false), obj(1, reconcile, false), false},
+		{"got reconcile annotation", obj(1, nil, false), obj(1, reconcileNow, false), true},
+		{"kept reconcile annotation", obj(1, reconcileNow, false), obj(1, reconcileNow, false), false},
 		{"lost ignore annotation", obj(1, ignore, false), obj(1, nil, false), true},
 		{"generation change while ignored", obj(1, ignore, false), obj(2, ignore, false), false},
 		{"deletion while ignored", obj(1, ignore, false), obj(1, ignore, true), false},
-		{"ignore replaced by reconcile", obj(1, ignore, false), obj(1, reconcile, false), true},
+		{"ignore replaced by reconcile", obj(1, ignore, false), obj(1, reconcileNow, false), true},
 	}
 	f := StandardFilter()
 	for _, tt := range tests {
@@ -78,7 +78,7 @@ func TestHasLabel(t *testing.T) {
 func TestOperationOf(t *testing.T) {
 	assert.Equal(t, OperationNone, OperationOf(obj(1, nil, false)))
 	assert.Equal(t, OperationIgnore, OperationOf(obj(1, ignore, false)))
-	assert.Equal(t, OperationReconcile, OperationOf(obj(1, reconcile, false)))
+	assert.Equal(t, OperationReconcile, OperationOf(obj(1, reconcileNow, false)))
 	assert.Equal(t, OperationNone, OperationOf(obj(1, map[string]string{constants.OperationAnnotation: "bogus"}, false)))
 }
 

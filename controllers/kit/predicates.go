@@ -1,6 +1,8 @@
 package kit
 
 import (
+	"slices"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -48,18 +50,27 @@ func DeletionTimestampChanged() predicate.Predicate {
 	}}
 }
 
+// FinalizersChangedWhileDeleting passes updates of an object being deleted whose finalizers
+// changed: a controller that waits for other finalizers to go learns when one went.
+func FinalizersChangedWhileDeleting() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return !e.ObjectNew.GetDeletionTimestamp().IsZero() &&
+			!slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
+	}}
+}
+
 // StandardFilter is the event filter of controller-guidelines.md: updates pass only on a
 // generation change, a deletion timestamp change, gaining operation=reconcile or losing
-// operation=ignore; nothing passes while operation=ignore is set. Creates and deletes pass
-// unless ignored.
-func StandardFilter() predicate.Predicate {
+// operation=ignore, or one of the extra predicates; nothing passes while operation=ignore is set.
+// Creates and deletes pass unless ignored.
+func StandardFilter(extra ...predicate.Predicate) predicate.Predicate {
 	return predicate.And(
-		predicate.Or(
+		predicate.Or(append([]predicate.Predicate{
 			predicate.GenerationChangedPredicate{},
 			DeletionTimestampChanged(),
 			GotAnnotation(constants.OperationAnnotation, constants.OperationAnnotationValueReconcile),
 			LostAnnotation(constants.OperationAnnotation, constants.OperationAnnotationValueIgnore),
-		),
+		}, extra...)...),
 		predicate.Not(HasAnnotation(constants.OperationAnnotation, constants.OperationAnnotationValueIgnore)),
 	)
 }

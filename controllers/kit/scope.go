@@ -3,6 +3,8 @@ package kit
 import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
 // ProfileScope is what every per-profile reconciler works with; the reconcilers embed it.
@@ -15,4 +17,19 @@ type ProfileScope struct {
 	ProviderName string
 	// Profile is the name of the ClusterProfile this instance serves.
 	Profile string
+	// BackendName is the ProviderConfig's spec.backend.
+	BackendName string
+	// Backend runs the profile's clusters; nil when BackendName is not available in this
+	// operator.
+	Backend backend.Backend
+	// Offer is what the profile offers: the versions published in the ClusterProfile and the
+	// default.
+	Offer backend.Offer
+}
+
+// Event emits an Event on obj if there is a Recorder. note is a format for args.
+func (s *ProfileScope) Event(obj client.Object, eventType, reason, action, note string, args ...any) {
+	if s.Recorder != nil {
+		s.Recorder.Eventf(obj, nil, eventType, reason, action, note, args...)
+	}
 }

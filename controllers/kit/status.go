@@ -3,6 +3,10 @@ package kit
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,11 +68,34 @@ func Errorf(reason, format string, args ...any) error {
 	return &ReasonError{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
 
-// ReasonOf returns the reason of the first ReasonError in err's chain, or fallback.
+// ConditionReason returns the reason; it makes ReasonError a Reasoner.
+func (e *ReasonError) ConditionReason() string { return e.Reason }
+
+// Reasoner is an error that names the condition reason it must be reported with; ReasonError and
+// backend.Error are.
+type Reasoner interface {
+	error
+	ConditionReason() string
+}
+
+// ReasonOf returns the reason of the first Reasoner in err's chain, or fallback.
 func ReasonOf(err error, fallback string) string {
-	var re *ReasonError
+	var re Reasoner
 	if errors.As(err, &re) {
-		return re.Reason
+		return re.ConditionReason()
 	}
 	return fallback
+}
+
+// conflictRetry is how soon a reconcile that lost an optimistic-lock race runs again.
+const conflictRetry = 100 * time.Millisecond
+
+// QuietConflict turns a conflict (another writer changed the object since it was read) into a
+// quick retry without an error: the next reconcile reads fresh data. That is routine, not a failure
+// worth an ERROR line and a stack trace.
+func QuietConflict(res reconcile.Result, err error) (reconcile.Result, error) {
+	if err != nil && apierrors.IsConflict(err) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return res, err
 }

@@ -13,6 +13,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -32,10 +33,11 @@ const (
 func Kinds(providerName string) []manager.Kind {
 	return []manager.Kind{
 		{
-			Name:       KindCluster,
-			Object:     &clustersv1alpha1.Cluster{},
-			Key:        ClusterKey,
-			Predicates: []predicate.Predicate{kit.StandardFilter()},
+			Name:   KindCluster,
+			Object: &clustersv1alpha1.Cluster{},
+			Key:    ClusterKey,
+			// A deleting Cluster waits for other controllers' finalizers: their removal must reach it.
+			Predicates: []predicate.Predicate{kit.StandardFilter(kit.FinalizersChangedWhileDeleting())},
 		},
 		{
 			Name:       KindAccessRequest,
@@ -78,12 +80,18 @@ type Builder struct {
 	Recorder events.EventRecorder
 	// ProviderName is this operator's --provider-name.
 	ProviderName string
+	// Backends run the clusters, by ProviderConfig spec.backend.
+	Backends backend.Registry
 }
 
 // Build returns the profile named name serving pc: its reconcilers and the hash of pc's spec, so
 // that a spec change restarts them.
 func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manager.Profile {
-	scope := kit.ProfileScope{Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name}
+	be := b.Backends.Get(string(pc.Spec.Backend))
+	scope := kit.ProfileScope{
+		Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
+		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be),
+	}
 	return manager.Profile{
 		Name: name,
 		Hash: SpecHash(pc),
@@ -92,6 +100,16 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 			KindAccessRequest: &accessrequest.Reconciler{ProfileScope: scope},
 		},
 	}
+}
+
+// OfferOf is what the profile of pc offers when be runs its clusters: the wanted versions be
+// serves (every served one when none is wanted). A nil be serves nothing.
+func OfferOf(pc *providersv1alpha1.ProviderConfig, be backend.Backend) backend.Offer {
+	var served []string
+	if be != nil {
+		served = be.Versions()
+	}
+	return backend.NewOffer(pc.Spec.SupportedVersions, pc.Spec.DefaultVersion, served)
 }
 
 // SpecHash identifies a ProviderConfig's spec.

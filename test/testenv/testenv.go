@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -93,6 +94,22 @@ func Main(m *testing.M, env **Env) int {
 		}
 	}
 	return code
+}
+
+// HasEvent reports whether an events.k8s.io Event with reason is about the object named
+// regarding.
+func (e *Env) HasEvent(t testing.TB, regarding, reason string) bool {
+	t.Helper()
+	list := &eventsv1.EventList{}
+	if err := e.Client.List(context.Background(), list); err != nil {
+		t.Fatalf("listing Events: %v", err)
+	}
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == regarding && ev.Reason == reason {
+			return true
+		}
+	}
+	return false
 }
 
 // Namespace creates a namespace with a generated name for one test and returns its name.

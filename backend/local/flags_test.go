@@ -1,0 +1,184 @@
+package local
+
+import (
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// flagMap maps each --name=value flag of args to its value; a flag given twice fails the test.
+func flagMap(t *testing.T, args []string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, a := range args {
+		require.True(t, strings.HasPrefix(a, "--"), "argument %q is a --flag", a)
+		name, value, ok := strings.Cut(a, "=")
+		require.True(t, ok, "flag %q has a value", a)
+		_, dup := m[name]
+		require.False(t, dup, "flag %s given twice", name)
+		m[name] = value
+	}
+	return m
+}
+
+func TestEtcdArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		dir  string
+		p    ports
+	}{
+		{"low ports", "/var/lib/cp/uid-1", ports{APIServer: 6443, Etcd: 2379, EtcdPeer: 2380}},
+		{"high ports", "/tmp/state/3f2a", ports{APIServer: 40001, Etcd: 40002, EtcdPeer: 40003}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := etcdArgs(tc.dir, tc.p)
+			for _, a := range args {
+				assert.NotContains(t, a, "unsafe-no-fsync", "fsync stays on")
+				assert.NotContains(t, a, "0.0.0.0")
+				assert.NotContains(t, a, "localhost")
+			}
+			f := flagMap(t, args)
+			assert.Equal(t, filepath.Join(tc.dir, "etcd"), f["--data-dir"])
+			assert.True(t, strings.HasPrefix(f["--data-dir"], tc.dir+string(filepath.Separator)), "the data is in the cluster's folder")
+
+			client := "http://127.0.0.1:" + strconv.Itoa(tc.p.Etcd)
+			peer := "http://127.0.0.1:" + strconv.Itoa(tc.p.EtcdPeer)
+			assert.Equal(t, client, f["--listen-client-urls"])
+			assert.Equal(t, client, f["--advertise-client-urls"])
+			assert.Equal(t, peer, f["--listen-peer-urls"])
+			assert.Equal(t, peer, f["--initial-advertise-peer-urls"])
+			assert.Equal(t, "default="+peer, f["--initial-cluster"])
+			assert.Equal(t, "default", f["--name"])
+
+			// Every URL any flag names is on 127.0.0.1.
+			urls := 0
+			for name, value := range f {
+				if !strings.Contains(value, "://") {
+					continue
+				}
+				for _, u := range strings.Split(value, ",") {
+					if _, after, ok := strings.Cut(u, "="); ok && name == "--initial-cluster" {
+						u = after
+					}
+					parsed, err := url.Parse(u)
+					require.NoError(t, err, "%s=%s", name, value)
+					assert.Equal(t, "127.0.0.1", parsed.Hostname(), "%s=%s", name, value)
+					assert.NotEmpty(t, parsed.Port(), "%s=%s", name, value)
+					urls++
+				}
+			}
+			assert.Equal(t, 5, urls)
+			assert.Empty(t, f["--listen-metrics-urls"], "no metrics listener")
+		})
+	}
+}
+
+func TestAPIServerArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		advertiseHost string
+		wantBind      string
+		wantAdvertise string
+		tuning        Tuning
+	}{
+		{"loopback", "127.0.0.1", "127.0.0.1", "127.0.0.1", DefaultTuning},
+		{"localhost", "localhost", "127.0.0.1", "127.0.0.1", Tuning{WatchCache: true}},
+		{"LAN IP", "10.1.2.3", "0.0.0.0", "10.1.2.3", DefaultTuning},
+		{"DNS name", "cp.example.com", "0.0.0.0", "127.0.0.1", DefaultTuning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := "/state/uid-7"
+			p := ports{APIServer: 41234, Etcd: 41235, EtcdPeer: 41236}
+			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, p, tc.tuning))
+
+			assert.Equal(t, "RBAC", f["--authorization-mode"])
+			assert.Equal(t, "/state/uid-7/authn.yaml", f["--authentication-config"])
+			assert.Equal(t, "https://kubernetes.default.svc.cluster.local", f["--service-account-issuer"])
+			assert.NotContains(t, f["--service-account-issuer"], "41234", "the issuer does not name the port")
+			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-signing-key-file"])
+			assert.Equal(t, "/state/uid-7/pki/sa.pub", f["--service-account-key-file"])
+			assert.Equal(t, "41234", f["--secure-port"])
+			assert.Equal(t, "http://127.0.0.1:41235", f["--etcd-servers"])
+			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
+			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])
+			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--client-ca-file"])
+			assert.Equal(t, "10.96.0.0/16", f["--service-cluster-ip-range"])
+			assert.Equal(t, tc.wantBind, f["--bind-address"])
+			assert.Equal(t, tc.wantAdvertise, f["--advertise-address"])
+			assert.Equal(t, strconv.FormatBool(tc.tuning.WatchCache), f["--watch-cache"])
+			assert.Equal(t, "false", f["--profiling"])
+			_, insecure := f["--insecure-port"]
+			assert.False(t, insecure)
+		})
+	}
+}
+
+func TestBindAddress(t *testing.T) {
+	for _, tc := range []struct {
+		host, want string
+	}{
+		{"127.0.0.1", "127.0.0.1"},
+		{"localhost", "127.0.0.1"},
+		// Documented behaviour: a loopback advertise host binds 127.0.0.1, IPv6 included.
+		{"::1", "127.0.0.1"},
+		{"127.0.0.2", "127.0.0.1"},
+		{"10.1.2.3", "0.0.0.0"},
+		{"192.168.0.10", "0.0.0.0"},
+		{"fd00::1", "0.0.0.0"},
+		{"cp.example.com", "0.0.0.0"},
+		{"0.0.0.0", "0.0.0.0"},
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			assert.Equal(t, tc.want, bindAddress(tc.host))
+		})
+	}
+}
+
+func TestTuningEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		tuning   Tuning
+		memLimit string
+		want     []string
+	}{
+		{"nothing", Tuning{}, "", nil},
+		{"memory limit only", Tuning{}, "150MiB", []string{"GOMEMLIMIT=150MiB"}},
+		{"GOGC only", Tuning{GOGC: "50"}, "", []string{"GOGC=50"}},
+		{"both", Tuning{GOGC: "75"}, "48MiB", []string{"GOMEMLIMIT=48MiB", "GOGC=75"}},
+		{"default API server", DefaultTuning, DefaultTuning.APIServerGOMEMLIMIT, []string{"GOMEMLIMIT=160MiB", "GOGC=50"}},
+		{"default etcd", DefaultTuning, DefaultTuning.EtcdGOMEMLIMIT, []string{"GOMEMLIMIT=48MiB", "GOGC=50"}},
+		{"watch cache adds nothing", Tuning{WatchCache: true}, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, tc.tuning.env(tc.memLimit))
+		})
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	for _, tc := range []struct {
+		host string
+		port int
+		want string
+	}{
+		{"127.0.0.1", 6443, "https://127.0.0.1:6443"},
+		{"localhost", 41000, "https://localhost:41000"},
+		{"cp.example.com", 443, "https://cp.example.com:443"},
+		{"::1", 6443, "https://[::1]:6443"},
+		{"fd00::5", 40001, "https://[fd00::5]:40001"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			got := endpoint(tc.host, tc.port)
+			assert.Equal(t, tc.want, got)
+			u, err := url.Parse(got)
+			require.NoError(t, err)
+			assert.Equal(t, tc.host, u.Hostname())
+			assert.Equal(t, strconv.Itoa(tc.port), u.Port())
+		})
+	}
+}

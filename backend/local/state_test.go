@@ -1,0 +1,251 @@
+package local
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestMetaRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    meta
+	}{
+		{"full", meta{
+			UID: "6c1f7d1e-2b7a-4d39-9a4c-1f2e3d4c5b6a", Namespace: "ns", Name: "cl", Profile: "default.test.local",
+			Version: "1.30.2", Ports: ports{APIServer: 40001, Etcd: 40002, EtcdPeer: 40003},
+		}},
+		{"pre-release, no ports yet", meta{UID: "u", Version: "1.36.0-alpha.1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, writeMeta(dir, tc.m))
+			fi, err := os.Stat(filepath.Join(dir, "cluster.json"))
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+			got, err := readMeta(dir)
+			require.NoError(t, err)
+			assert.Equal(t, tc.m, got)
+
+			// Rewriting replaces the record.
+			changed := tc.m
+			changed.Ports.APIServer = 45000
+			require.NoError(t, writeMeta(dir, changed))
+			got, err = readMeta(dir)
+			require.NoError(t, err)
+			assert.Equal(t, 45000, got.Ports.APIServer)
+		})
+	}
+}
+
+func TestMetaJSONNames(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, writeMeta(dir, meta{UID: "u1", Version: "1.30.2", Ports: ports{APIServer: 1, Etcd: 2, EtcdPeer: 3}}))
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	require.NoError(t, err)
+	for _, key := range []string{`"uid": "u1"`, `"version": "1.30.2"`, `"apiServer": 1`, `"etcd": 2`, `"etcdPeer": 3`} {
+		assert.Contains(t, string(data), key)
+	}
+}
+
+func TestReadMetaErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		content  string
+		notExist bool // no file at all
+	}{
+		{name: "missing uid", content: `{"namespace":"ns","name":"cl","version":"1.30.2"}`},
+		{name: "empty uid", content: `{"uid":"","version":"1.30.2"}`},
+		{name: "missing version", content: `{"uid":"u1","name":"cl"}`},
+		{name: "not JSON", content: `uid: u1`},
+		{name: "empty file", content: ``},
+		{name: "wrong type", content: `{"uid":"u1","version":"1.30.2","ports":{"apiServer":"x"}}`},
+		{name: "no file", notExist: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if !tc.notExist {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, metaFile), []byte(tc.content), 0o600))
+			}
+			_, err := readMeta(dir)
+			require.Error(t, err)
+			assert.Equal(t, tc.notExist, errors.Is(err, os.ErrNotExist), "%v", err)
+			assert.Contains(t, err.Error(), filepath.Join(dir, metaFile), "the error names the file")
+		})
+	}
+}
+
+func TestPortAllocatorAllocate(t *testing.T) {
+	a := &portAllocator{host: "127.0.0.1", taken: map[int]bool{}}
+	seen := map[int]bool{}
+	for range 20 {
+		p, err := a.allocate()
+		require.NoError(t, err)
+		assert.Greater(t, p, 0)
+		assert.False(t, seen[p], "port %d handed out twice", p)
+		seen[p] = true
+		assert.True(t, a.taken[p], "port %d is remembered", p)
+	}
+	assert.Len(t, a.taken, 20)
+
+	first, err := a.allocate()
+	require.NoError(t, err)
+	second, err := a.allocate()
+	require.NoError(t, err)
+	assert.NotEqual(t, first, second)
+
+	a.release(ports{APIServer: first, Etcd: second})
+	assert.False(t, a.taken[first])
+	assert.False(t, a.taken[second])
+	assert.Len(t, a.taken, 20)
+}
+
+// heldPort listens on a free loopback port until the test ends and returns it.
+func heldPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return port
+}
+
+func TestPortAllocatorKeep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// setup returns the port to keep.
+		setup       func(t *testing.T, a *portAllocator) int
+		wantSame    bool
+		wantChanged bool
+	}{
+		{"free port is kept", func(t *testing.T, _ *portAllocator) int { return freePort(t) }, true, false},
+		{"port held by another listener moves", func(t *testing.T, _ *portAllocator) int { return heldPort(t) }, false, true},
+		{"port taken by another cluster moves", func(t *testing.T, a *portAllocator) int {
+			p := freePort(t)
+			a.taken[p] = true
+			return p
+		}, false, true},
+		{"no port yet", func(*testing.T, *portAllocator) int { return 0 }, false, true},
+		{"negative port", func(*testing.T, *portAllocator) int { return -1 }, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &portAllocator{host: "127.0.0.1", taken: map[int]bool{}}
+			port := tc.setup(t, a)
+			got, changed, err := a.keep(port)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantChanged, changed)
+			if tc.wantSame {
+				assert.Equal(t, port, got)
+			} else {
+				assert.NotEqual(t, port, got)
+				assert.Greater(t, got, 0)
+				assert.True(t, a.free(got), "the new port %d can be bound", got)
+			}
+			assert.True(t, a.taken[got], "the port is remembered")
+
+			// Keeping it again (another cluster) hands out another one.
+			again, changed, err := a.keep(got)
+			require.NoError(t, err)
+			assert.True(t, changed)
+			assert.NotEqual(t, got, again)
+		})
+	}
+}
+
+func TestPortAllocatorFree(t *testing.T) {
+	a := &portAllocator{host: "127.0.0.1", taken: map[int]bool{}}
+	assert.False(t, a.free(heldPort(t)), "a held port is not free")
+	assert.True(t, a.free(freePort(t)))
+	assert.False(t, a.free(0))
+	assert.False(t, a.free(-5))
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		existing []byte // nil: no file before
+		oldMode  os.FileMode
+		data     []byte
+		mode     os.FileMode
+	}{
+		{name: "new key file", data: []byte("secret"), mode: 0o600},
+		{name: "new certificate", data: []byte("cert"), mode: 0o644},
+		{name: "empty data", data: []byte{}, mode: 0o640},
+		{name: "replaces and tightens", existing: []byte("old, longer content"), oldMode: 0o644, data: []byte("new"), mode: 0o600},
+		{name: "replaces and loosens", existing: []byte("old"), oldMode: 0o600, data: []byte("new content"), mode: 0o644},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "file.pem")
+			if tc.existing != nil {
+				require.NoError(t, os.WriteFile(path, tc.existing, tc.oldMode))
+				require.NoError(t, os.Chmod(path, tc.oldMode))
+			}
+			require.NoError(t, writeFileAtomic(path, tc.data, tc.mode))
+
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, tc.data, got)
+			fi, err := os.Stat(path)
+			require.NoError(t, err)
+			assert.Equal(t, tc.mode, fi.Mode().Perm())
+
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			require.Len(t, entries, 1, "no temporary file is left: %v", entries)
+			assert.Equal(t, "file.pem", entries[0].Name())
+		})
+	}
+
+	t.Run("folder missing", func(t *testing.T) {
+		dir := t.TempDir()
+		err := writeFileAtomic(filepath.Join(dir, "nope", "file"), []byte("x"), 0o600)
+		require.Error(t, err)
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		assert.Empty(t, entries)
+	})
+
+	t.Run("target is a folder", func(t *testing.T) {
+		dir := t.TempDir()
+		target := filepath.Join(dir, "sub")
+		require.NoError(t, os.Mkdir(target, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(target, "keep"), nil, 0o600))
+		err := writeFileAtomic(target, []byte("x"), 0o600)
+		require.Error(t, err, "a folder with content is not replaced")
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "the temporary file is removed after a failed rename: %v", entries)
+		assert.Equal(t, "sub", entries[0].Name())
+	})
+
+	t.Run("many writes", func(t *testing.T) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "cluster.json")
+		for i := range 10 {
+			require.NoError(t, writeFileAtomic(path, []byte(strconv.Itoa(i)), 0o600))
+		}
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, "9", string(got))
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		assert.Len(t, entries, 1)
+	})
+}

@@ -1,0 +1,238 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/providerconfig"
+)
+
+// Deadlines: a local cluster starts in seconds, slower under -race with other packages running.
+const (
+	readyWithin = 2 * time.Minute
+	poll        = 50 * time.Millisecond
+)
+
+const foreignFinalizer = "example.com/keep"
+
+func newProviderConfig(t *testing.T, versions ...string) *providersv1alpha1.ProviderConfig {
+	t.Helper()
+	pc := &providersv1alpha1.ProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "pc-"},
+		Spec:       providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal},
+	}
+	for _, v := range versions {
+		pc.Spec.SupportedVersions = append(pc.Spec.SupportedVersions, clustersv1alpha1.SupportedK8sVersion{Version: v})
+	}
+	require.NoError(t, env.Client.Create(t.Context(), pc))
+	return pc
+}
+
+func newCluster(t *testing.T, ns, name, profileName, version string) *clustersv1alpha1.Cluster {
+	t.Helper()
+	cl := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: clustersv1alpha1.ClusterSpec{
+			Profile: profileName, Tenancy: clustersv1alpha1.TenancyExclusive,
+			Kubernetes: clustersv1alpha1.K8sConfiguration{Version: version},
+		},
+	}
+	require.NoError(t, env.Client.Create(t.Context(), cl))
+	return cl
+}
+
+// waitCluster waits until the Cluster's status satisfies check and returns it.
+func waitCluster(t *testing.T, key client.ObjectKey, what string, check func(c *assert.CollectT, cl *clustersv1alpha1.Cluster)) *clustersv1alpha1.Cluster {
+	t.Helper()
+	got := &clustersv1alpha1.Cluster{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, env.Client.Get(context.Background(), key, got))
+		check(c, got)
+	}, readyWithin, poll, what)
+	return got
+}
+
+func hasCondition(c assert.TestingT, cl *clustersv1alpha1.Cluster, condType string, status metav1.ConditionStatus, reason string) {
+	cond := meta.FindStatusCondition(cl.Status.Conditions, condType)
+	if assert.NotNil(c, cond, "condition %s", condType) {
+		assert.Equal(c, status, cond.Status, "condition %s: %s", condType, cond.Message)
+		assert.Equal(c, reason, cond.Reason, "condition %s: %s", condType, cond.Message)
+	}
+}
+
+func isReady(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+	assert.Equal(c, common.PhaseReady, cl.Status.Phase)
+	assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
+	hasCondition(c, cl, cluster.ConditionAPIServerReady, metav1.ConditionTrue, backend.ReasonRunning)
+}
+
+func gone(t *testing.T, obj client.Object) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
+	}, readyWithin, poll, "%s still exists", obj.GetName())
+}
+
+// adminClient reaches the Cluster's cluster as the operator does.
+func adminClient(t *testing.T, op *operator, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
+	t.Helper()
+	cfg, err := op.local.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func processGone(pid int) bool { return errors.Is(syscall.Kill(pid, syscall.Signal(0)), syscall.ESRCH) }
+
+// TestClusterLifecycle takes Clusters of a local ProviderConfig through their life against envtest
+// with the real local backend, at most one local cluster at a time (capacity 1), two control-plane
+// starts in all: Ready with labels and Events; capacity; a ProviderConfig spec change keeps the
+// cluster running; a foreign finalizer holds the deletion; deletion stops everything; the name
+// reused gets a fresh cluster.
+func TestClusterLifecycle(t *testing.T) {
+	op := startOperator(t, t.TempDir(), 1)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+
+	// A Cluster of another provider's profile is never touched.
+	other := &clustersv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{Name: "default.someone-else." + ns},
+		Spec: clustersv1alpha1.ClusterProfileSpec{
+			ProviderRef: common.LocalObjectReference{Name: "someone-else"}, ProviderConfigRef: common.LocalObjectReference{Name: "x"},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, other))
+	foreign := newCluster(t, ns, "foreign", other.Name, "")
+
+	pc := newProviderConfig(t) // no versions: every served one
+	profileName := profile.Name(testEnvironment, testProvider, pc.Name)
+	cl := newCluster(t, ns, "c1", profileName, "")
+	cl = waitCluster(t, client.ObjectKeyFromObject(cl), "Cluster c1 is Ready", isReady)
+
+	// Status, labels, annotation.
+	hasCondition(t, cl, cluster.ConditionProvisioned, metav1.ConditionTrue, cluster.ReasonProvisioned)
+	require.NotEmpty(t, cl.Status.APIServer)
+	assert.Equal(t, []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: cl.Status.APIServer}}, cl.Status.Endpoints)
+	assert.Equal(t, "1.37.1", cl.Labels[clustersv1alpha1.K8sVersionLabel])
+	assert.Equal(t, testProvider, cl.Labels[clustersv1alpha1.ProviderLabel])
+	assert.Regexp(t, `^local v1\.37\.1 :\d+$`, cl.Annotations[clustersv1alpha1.ProviderInfoAnnotation])
+	require.NotNil(t, cl.Status.ProviderStatus)
+	assert.Contains(t, string(cl.Status.ProviderStatus.Raw), `"backend":"local"`)
+	assert.Contains(t, cl.Finalizers, kit.Finalizer(testProvider))
+	require.Eventually(t, func() bool {
+		return env.HasEvent(t, cl.Name, cluster.ReasonProvisioned) && env.HasEvent(t, cl.Name, cluster.ReasonReady)
+	}, readyWithin, poll, "Provisioned and Ready Events")
+
+	// The endpoint answers /version with the chosen version, and the operator is admin there.
+	version, err := adminClient(t, op, cl).Discovery().ServerVersion()
+	require.NoError(t, err)
+	assert.Equal(t, "v1.37.1", version.GitVersion)
+	_, err = adminClient(t, op, cl).CoreV1().ConfigMaps("default").Create(ctx,
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "from-c1"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pids := op.local.PIDs(cl.UID)
+	require.Len(t, pids, 2)
+
+	t.Run("unserved version", func(t *testing.T) {
+		old := newCluster(t, ns, "old", profileName, "1.20.0")
+		got := waitCluster(t, client.ObjectKeyFromObject(old), "VersionNotSupported", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonVersionNotSupported)
+		})
+		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "offered are: 1.37.1")
+		assert.NoDirExists(t, op.local.Dir(got.UID), "nothing is started")
+		require.NoError(t, env.Client.Delete(ctx, old))
+		gone(t, old)
+	})
+
+	t.Run("capacity", func(t *testing.T) {
+		c2 := newCluster(t, ns, "c2", profileName, "")
+		got := waitCluster(t, client.ObjectKeyFromObject(c2), "CapacityExhausted", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonCapacityExhausted)
+		})
+		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "--local-max-clusters")
+		require.Eventually(t, func() bool { return env.HasEvent(t, c2.Name, backend.ReasonCapacityExhausted) }, readyWithin, poll)
+		require.NoError(t, env.Client.Delete(ctx, c2))
+		gone(t, c2)
+	})
+
+	t.Run("ProviderConfig spec change keeps the cluster running", func(t *testing.T) {
+		cur := &providersv1alpha1.ProviderConfig{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), cur))
+		cur.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.30.0"}}
+		require.NoError(t, env.Client.Update(ctx, cur))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			got := &providersv1alpha1.ProviderConfig{}
+			require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), got))
+			cond := meta.FindStatusCondition(got.Status.Conditions, providerconfig.ConditionVersionsServed)
+			if assert.NotNil(c, cond) && assert.Equal(c, got.Generation, got.Status.ObservedGeneration) {
+				assert.Equal(c, providerconfig.ReasonVersionsNotServed, cond.Reason)
+				assert.Contains(c, cond.Message, "1.30.0")
+				assert.Contains(c, cond.Message, "--local-binaries")
+			}
+			cp := &clustersv1alpha1.ClusterProfile{}
+			require.NoError(c, env.Client.Get(ctx, client.ObjectKey{Name: profileName}, cp))
+			assert.Equal(c, []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}, cp.Spec.SupportedVersions)
+		}, readyWithin, poll, "the unserved version is reported and left out of the profile")
+		assert.Equal(t, pids, op.local.PIDs(cl.UID), "the same processes run")
+		waitCluster(t, client.ObjectKeyFromObject(cl), "still Ready", isReady)
+	})
+
+	t.Run("a foreign finalizer holds the deletion", func(t *testing.T) {
+		cur := &clustersv1alpha1.Cluster{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
+		controllerutil.AddFinalizer(cur, foreignFinalizer)
+		require.NoError(t, env.Client.Update(ctx, cur))
+		require.NoError(t, env.Client.Delete(ctx, cur))
+		waitCluster(t, client.ObjectKeyFromObject(cl), "WaitingForFinalizers", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			assert.Equal(c, common.PhaseTerminating, cl.Status.Phase)
+			hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, cluster.ReasonWaitingForFinalizers)
+		})
+		assert.Equal(t, pids, op.local.PIDs(cl.UID), "the cluster runs while the deletion waits")
+
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
+		controllerutil.RemoveFinalizer(cur, foreignFinalizer)
+		require.NoError(t, env.Client.Update(ctx, cur))
+		gone(t, cl)
+		for name, pid := range pids {
+			assert.True(t, processGone(pid), "%s (pid %d) stopped", name, pid)
+		}
+		assert.NoDirExists(t, op.local.Dir(cl.UID))
+		_, err := http.Get(cl.Status.APIServer) //nolint:noctx // a refused connection is the point
+		assert.Error(t, err, "the port is closed")
+		assert.True(t, env.HasEvent(t, cl.Name, cluster.ReasonDeleted))
+	})
+
+	t.Run("the name reused gets a fresh cluster", func(t *testing.T) {
+		again := newCluster(t, ns, "c1", profileName, "")
+		again = waitCluster(t, client.ObjectKeyFromObject(again), "the new c1 is Ready", isReady)
+		assert.NotEqual(t, cl.UID, again.UID)
+		_, err := adminClient(t, op, again).CoreV1().ConfigMaps("default").Get(ctx, "from-c1", metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "no data of the old cluster: %v", err)
+		require.NoError(t, env.Client.Delete(ctx, again))
+		gone(t, again)
+	})
+
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), foreign))
+	assert.Empty(t, foreign.Finalizers, "another provider's Cluster gets no finalizer")
+	assert.Empty(t, foreign.Status.Conditions, "nor a status")
+}
