@@ -104,11 +104,14 @@ func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
 	return args
 }
 
-// bindAddress is where the API server listens: the loopback when it is advertised there, else
-// every interface.
+// bindAddress is where the API server listens: the advertised loopback address itself when it is
+// advertised on one (127.0.0.1 for "localhost"), else every interface.
 func bindAddress(advertiseHost string) string {
-	if ip := net.ParseIP(advertiseHost); (ip != nil && ip.IsLoopback()) || advertiseHost == "localhost" {
+	if advertiseHost == "localhost" {
 		return "127.0.0.1"
+	}
+	if ip := net.ParseIP(advertiseHost); ip != nil && ip.IsLoopback() {
+		return advertiseHost
 	}
 	return "0.0.0.0"
 }

@@ -124,9 +124,9 @@ func TestBindAddress(t *testing.T) {
 	}{
 		{"127.0.0.1", "127.0.0.1"},
 		{"localhost", "127.0.0.1"},
-		// Documented behaviour: a loopback advertise host binds 127.0.0.1, IPv6 included.
-		{"::1", "127.0.0.1"},
-		{"127.0.0.2", "127.0.0.1"},
+		// A loopback advertise host binds that address (the endpoint names it); localhost binds 127.0.0.1.
+		{"::1", "::1"},
+		{"127.0.0.2", "127.0.0.2"},
 		{"10.1.2.3", "0.0.0.0"},
 		{"192.168.0.10", "0.0.0.0"},
 		{"fd00::1", "0.0.0.0"},

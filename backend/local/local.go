@@ -294,7 +294,9 @@ func (b *Backend) reassignAPIServerPort(in *instance) error {
 }
 
 func (b *Backend) hosts() []string {
-	return slices.Compact([]string{"127.0.0.1", "localhost", b.opts.AdvertiseHost})
+	hosts := []string{"127.0.0.1", "localhost", b.opts.AdvertiseHost}
+	slices.Sort(hosts)
+	return slices.Compact(hosts)
 }
 
 func (b *Backend) binaries(version string) (Binaries, bool) {

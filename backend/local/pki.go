@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -89,6 +90,13 @@ func (p *pki) loadOrCreateCA() error {
 	certPEM, certErr := os.ReadFile(p.path(caCertFile))
 	key, keyErr := keyutil.PrivateKeyFromFile(p.path(caKeyFile))
 	if certErr == nil && keyErr == nil {
+		keyPEM, err := os.ReadFile(p.path(caKeyFile))
+		if err != nil {
+			return err
+		}
+		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+			return fmt.Errorf("%s and %s do not belong together (%w); every certificate of this cluster depends on them, so this needs a person: restore them from a backup, or delete the Cluster", caCertFile, caKeyFile, err)
+		}
 		certs, err := certutil.ParseCertsPEM(certPEM)
 		if err != nil {
 			return err
@@ -177,7 +185,8 @@ func (p *pki) loadOrIssue(certFile, keyFile string, issue func() (*x509.Certific
 	certPEM, certErr := os.ReadFile(p.path(certFile))
 	keyPEM, keyErr := os.ReadFile(p.path(keyFile))
 	if certErr == nil && keyErr == nil {
-		if certs, err := certutil.ParseCertsPEM(certPEM); err == nil &&
+		_, pairErr := tls.X509KeyPair(certPEM, keyPEM) // the key is readable and belongs to the certificate
+		if certs, err := certutil.ParseCertsPEM(certPEM); err == nil && pairErr == nil &&
 			certs[0].CheckSignatureFrom(p.caCert) == nil && time.Until(certs[0].NotAfter) > renewBefore {
 			return certPEM, keyPEM, nil
 		}

@@ -282,6 +282,12 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 		{"admin.key missing", func(t *testing.T, dir string) {
 			require.NoError(t, os.Remove(filepath.Join(dir, adminKeyFile)))
 		}},
+		{"garbage admin.key", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, adminKeyFile), []byte("garbage"), 0o600))
+		}},
+		{"admin.key of another certificate", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, adminKeyFile), mustRead(t, filepath.Join(dir, saKeyFile)), 0o600))
+		}},
 		{"admin.crt of another CA", func(t *testing.T, dir string) {
 			other := t.TempDir()
 			_, err := loadOrCreatePKI(other, nil)

@@ -30,6 +30,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // Deadlines of the steps; generous, because the binary may run under the race detector.
@@ -63,7 +64,8 @@ func TestOperator(t *testing.T) {
 	probes := "127.0.0.1:" + freePort(t)
 	op := start(t, bin, "run", "--provider-name", "e2e", "--kubeconfig", kubeconfig,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
-		"--leader-elect", "--leader-election-namespace", "default")
+		"--leader-elect", "--leader-election-namespace", "default",
+		"--local-binaries", assetsDir(t), "--state-dir", t.TempDir())
 	require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
 		readyTimeout, poll, "/readyz never answered 200")
 	require.False(t, op.exited(), "cluster-provider exited before it was ready")
@@ -200,12 +202,24 @@ func operatorUser(t *testing.T) *rest.Config {
 
 // sampleProviderConfig is deploy/samples/providerconfig.yaml, the one `make run` applies.
 func sampleProviderConfig(t *testing.T) *providersv1alpha1.ProviderConfig {
+	return readSample(t, "providerconfig.yaml", &providersv1alpha1.ProviderConfig{})
+}
+
+// readSample reads deploy/samples/<name> into obj, strictly.
+func readSample[T client.Object](t *testing.T, name string, obj T) T {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "samples", "providerconfig.yaml"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "samples", name))
 	require.NoError(t, err)
-	pc := &providersv1alpha1.ProviderConfig{}
-	require.NoError(t, yaml.UnmarshalStrict(data, pc))
-	return pc
+	require.NoError(t, yaml.UnmarshalStrict(data, obj))
+	return obj
+}
+
+// assetsDir is the folder of the envtest binaries, which the operator's local backend runs.
+func assetsDir(t *testing.T) string {
+	t.Helper()
+	dir, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	return dir
 }
 
 // crdVersions maps the project's CRDs to their resourceVersions.

@@ -1,0 +1,153 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+)
+
+// clusterReadyWithin bounds a local cluster's start by the binary (built with -race under make
+// test) on a busy machine.
+const clusterReadyWithin = 2 * time.Minute
+
+// TestLocalClusterSurvivesKill9 runs the binary with the local backend: the sample Cluster becomes
+// Ready; kill -9 of the operator takes the cluster's processes with it (parent-death signal); the
+// restarted operator adopts the cluster folder, so the cluster comes back on the same endpoint with
+// its data; deleting the Cluster removes everything.
+func TestLocalClusterSurvivesKill9(t *testing.T) {
+	bin := buildBinary(t)
+	kubeconfig := writeKubeconfig(t, operatorUser(t))
+	stateDir := t.TempDir()
+	ctx := t.Context()
+	run := func() *process {
+		probes := "127.0.0.1:" + freePort(t)
+		op := start(t, bin, "run", "--provider-name", "e2ek", "--kubeconfig", kubeconfig,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
+			"--local-binaries", assetsDir(t), "--state-dir", stateDir)
+		require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
+			readyTimeout, poll, "/readyz never answered 200")
+		require.False(t, op.exited(), "cluster-provider exited before it was ready")
+		return op
+	}
+	op := run()
+
+	pc := sampleProviderConfig(t)
+	pc.GenerateName, pc.Name = "kill9-", ""
+	require.NoError(t, env.Client.Create(ctx, pc))
+	cl := readSample(t, "cluster.yaml", &clustersv1alpha1.Cluster{})
+	cl.Namespace = testNamespace(t)
+	cl.Spec.Profile = "default.e2ek." + pc.Name
+	require.NoError(t, env.Client.Create(ctx, cl))
+	cl = waitReady(t, cl)
+	endpoint := cl.Status.APIServer
+	clusterDir := filepath.Join(stateDir, string(cl.UID))
+	admin := clusterAdmin(t, clusterDir, endpoint)
+	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "survives"}, Data: map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pids := clusterPIDs(t, clusterDir)
+	require.Len(t, pids, 2, "etcd and kube-apiserver of %s", clusterDir)
+
+	require.NoError(t, op.cmd.Process.Kill())
+	<-op.done
+	require.Eventually(t, func() bool {
+		for _, pid := range pids {
+			if !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+				return false
+			}
+		}
+		return true
+	}, stopWithin, poll, "the cluster's processes %v die with the operator", pids)
+
+	op = run()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "survives", metav1.GetOptions{})
+		require.NoError(c, err)
+		assert.Equal(c, "v", got.Data["k"])
+	}, clusterReadyWithin, poll, "the adopted cluster answers on %s with its data", endpoint)
+	again := waitReady(t, cl)
+	assert.Equal(t, endpoint, again.Status.APIServer, "same endpoint")
+
+	require.NoError(t, env.Client.Delete(ctx, cl))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(cl), &clustersv1alpha1.Cluster{}))
+	}, convergeWithin, poll, "the Cluster is deleted")
+	assert.NoDirExists(t, clusterDir)
+	assert.Empty(t, clusterPIDs(t, clusterDir), "no process of the cluster is left")
+	require.NoError(t, op.cmd.Process.Signal(syscall.SIGTERM))
+	<-op.done
+	require.NoError(t, op.err, "cluster-provider exits 0 on SIGTERM")
+	assert.NotContains(t, op.output.String(), "forbidden", "the generated ClusterRole lacks a permission")
+}
+
+func testNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}
+	require.NoError(t, env.Client.Create(t.Context(), ns))
+	return ns.Name
+}
+
+// waitReady waits until the Cluster is Ready for its current generation.
+func waitReady(t *testing.T, cl *clustersv1alpha1.Cluster) *clustersv1alpha1.Cluster {
+	t.Helper()
+	got := &clustersv1alpha1.Cluster{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, env.Client.Get(context.Background(), client.ObjectKeyFromObject(cl), got))
+		assert.Equal(c, common.PhaseReady, got.Status.Phase, "conditions: %+v", got.Status.Conditions)
+		assert.Equal(c, got.Generation, got.Status.ObservedGeneration)
+	}, clusterReadyWithin, poll, "Cluster %s is Ready", cl.Name)
+	return got
+}
+
+// clusterAdmin is a client of the local cluster in dir with the operator's admin certificate, read
+// from the cluster's folder: the operator never publishes it.
+func clusterAdmin(t *testing.T, dir, endpoint string) kubernetes.Interface {
+	t.Helper()
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, "pki", name))
+		require.NoError(t, err)
+		return data
+	}
+	cfg := &rest.Config{Host: endpoint, TLSClientConfig: rest.TLSClientConfig{
+		CAData: read("ca.crt"), CertData: read("admin.crt"), KeyData: read("admin.key"),
+	}}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// clusterPIDs finds the processes whose command line names the cluster folder dir.
+func clusterPIDs(t *testing.T, dir string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
