@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `make run`: the operator in the foreground against a local control plane.
 #
+# The operator's local backend runs each Cluster's kube-apiserver and etcd from the same binaries,
+# with their state in .run/clusters/ (kept across restarts like the rest of .run/).
+#
 # Without KUBECONFIG it starts etcd and kube-apiserver (cmd/devcluster, with the envtest binaries
 # in $ENVTEST_ASSETS) and keeps their state under .run/, so objects survive a restart; with
 # KUBECONFIG set it uses that cluster and starts nothing. Then it runs `cluster-provider init`,
@@ -25,12 +28,14 @@ read -r -a run_args <<<"${RUN_ARGS:-}"
 say() { printf '==> %s\n' "$*" >&2; }
 
 # ours prints the PIDs of every process of a `make run` on this folder: the operator and
-# devcluster by their binaries, etcd and kube-apiserver by their data and certificate folders.
+# devcluster by their binaries, etcd and kube-apiserver by their data and certificate folders, and
+# the local clusters' processes by their folders under clusters/.
 # (awk builds the strings itself, so that its own command line does not match.)
 ours() {
   ps -eo pid=,args= | awk -v d="$run_dir" '
     index($0, d "/bin/cluster-provider ") || index($0, d "/bin/devcluster ") ||
-    index($0, "--data-dir=" d "/etcd") || index($0, "--cert-dir=" d "/apiserver") { print $1 }'
+    index($0, "--data-dir=" d "/etcd") || index($0, "--cert-dir=" d "/apiserver") ||
+    index($0, d "/clusters/") { print $1 }'
 }
 
 # stop waits up to grace seconds for a child to exit by itself (after Ctrl-C it got SIGINT from
@@ -125,10 +130,13 @@ cat >&2 <<EOF
       export KUBECONFIG=$KUBECONFIG
       kubectl get providerconfigs
       kubectl get clusterprofiles
+      kubectl apply -f deploy/samples/cluster.yaml
+      kubectl get clusters -w          # Progressing, then Ready in a few seconds
       curl -s http://$probes/readyz
 EOF
 "$bin/cluster-provider" run --provider-name "$provider" \
   --metrics-bind-address "$metrics" --health-probe-bind-address "$probes" \
+  --local-binaries "$assets" --state-dir "$run_dir/clusters" \
   --zap-encoder console ${run_args[@]+"${run_args[@]}"} &
 op_pid=$!
 code=0

@@ -1,0 +1,379 @@
+package local
+
+// Benchmarks of real local clusters (a kube-apiserver and an etcd each). Each benchmark does a
+// fixed amount of work per iteration and reports its own metrics with b.ReportMetric, so
+// -benchtime 1x is the intended way to run them; run one at a time, on a quiet machine:
+//
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkCreateReady -benchtime 1x -timeout 30m ./backend/local/
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkIdleRSS -benchtime 1x -timeout 30m ./backend/local/
+//
+// The harness of local_test.go takes a *testing.T and its await is the single consumer of one
+// notification channel; the benchmarks use benchHarness below instead: the same Backend setup,
+// plus a Tuning, and notifications fanned out per Cluster so that many goroutines can wait.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+const (
+	// benchClusters is how many clusters BenchmarkCreateReady creates per iteration.
+	benchClusters = 10
+	// idleClusters is how many clusters BenchmarkIdleRSS runs at once.
+	idleClusters = 3
+	// idleSettle is how long BenchmarkIdleRSS leaves the Ready clusters idle before reading their
+	// memory: a fixed wait, on purpose, so that start-up garbage is collected (GOGC/GOMEMLIMIT act)
+	// and the apiserver's start-up controllers have finished before RSS is read.
+	idleSettle = 10 * time.Second
+	// benchReadyWithin bounds one wait for Ready: ten clusters starting at once on two cores take
+	// far longer than one.
+	benchReadyWithin = 5 * time.Minute
+)
+
+// benchHarness runs a Backend until the benchmark ends and fans its notifications out per
+// Cluster.
+type benchHarness struct {
+	tb      testing.TB
+	b       *Backend
+	version string
+
+	mu       sync.Mutex
+	notified map[types.NamespacedName]chan struct{}
+
+	cancel   context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
+}
+
+// startBenchBackend starts a Backend on a new state folder with the envtest binaries and tuning
+// (nil: DefaultTuning), and waits until it has started (nothing to adopt), so that the first
+// Ensure starts a cluster at once.
+func startBenchBackend(tb testing.TB, maxClusters int, tuning *Tuning) *benchHarness {
+	tb.Helper()
+	assets, err := testenv.AssetsDir()
+	require.NoError(tb, err)
+	bins, err := LoadBinaries(tb.Context(), []string{assets})
+	require.NoError(tb, err)
+	h := &benchHarness{tb: tb, notified: map[types.NamespacedName]chan struct{}{}, done: make(chan error, 1)}
+	h.b, err = New(Options{
+		Binaries:     bins,
+		StateDir:     tb.TempDir(),
+		MaxClusters:  maxClusters,
+		Tuning:       tuning,
+		StopGrace:    5 * time.Second,
+		Notify:       func(r backend.Ref) { h.wake(r.NamespacedName) },
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil },
+	})
+	require.NoError(tb, err)
+	h.version = h.b.Versions()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.b.Start(ctx) }()
+	tb.Cleanup(h.stop)
+	require.Eventually(tb, func() bool {
+		h.b.mu.Lock()
+		defer h.b.mu.Unlock()
+		return h.b.started
+	}, stopWithin, 10*time.Millisecond, "the backend did not start")
+	return h
+}
+
+// stop stops the Backend and waits until every cluster stopped. It may be called again.
+func (h *benchHarness) stop() {
+	h.stopOnce.Do(func() {
+		h.cancel()
+		select {
+		case err := <-h.done:
+			if err != nil {
+				h.tb.Errorf("the backend: %v", err)
+			}
+		case <-time.After(stopWithin):
+			h.tb.Error("the backend did not stop")
+		}
+	})
+}
+
+// channel returns the notification channel of the Cluster named n.
+func (h *benchHarness) channel(n types.NamespacedName) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ch := h.notified[n]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		h.notified[n] = ch
+	}
+	return ch
+}
+
+// wake is the Backend's Notify: it never blocks; notifications not yet consumed coalesce.
+func (h *benchHarness) wake(n types.NamespacedName) {
+	select {
+	case h.channel(n) <- struct{}{}:
+	default:
+	}
+}
+
+// awaitReady calls Ensure for cl, then again after every notification about cl (or its
+// RetryAfter safety net), until the cluster is Ready; it returns the time from the first Ensure
+// to the Ensure that saw Ready. Safe for concurrent use with different Clusters; it reports
+// failures as errors, so that it may run outside the benchmark's goroutine.
+func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Cluster) (time.Duration, error) {
+	ch := h.channel(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}) // before the first Ensure: no notification is lost
+	deadline := time.NewTimer(benchReadyWithin)
+	defer deadline.Stop()
+	start := time.Now()
+	for {
+		s, err := h.b.Ensure(ctx, cl, h.version)
+		if err != nil {
+			return 0, fmt.Errorf("%s: Ensure: %w", cl.Name, err)
+		}
+		if s.Ready {
+			return time.Since(start), nil
+		}
+		retry := time.NewTimer(s.RetryAfter + time.Second)
+		select {
+		case <-ch:
+		case <-retry.C:
+		case <-ctx.Done():
+			retry.Stop()
+			return 0, ctx.Err()
+		case <-deadline.C:
+			retry.Stop()
+			return 0, fmt.Errorf("%s: not Ready within %s; last state: %s: %s\n%s",
+				cl.Name, benchReadyWithin, s.Reason, s.Message, logTails(h.b.Dir(cl.UID)))
+		}
+		retry.Stop()
+	}
+}
+
+// deleteAll deletes the clusters in parallel.
+func (h *benchHarness) deleteAll(ctx context.Context, cls []*clustersv1alpha1.Cluster) error {
+	errs := make([]error, len(cls))
+	var wg sync.WaitGroup
+	for i, cl := range cls {
+		wg.Go(func() { _, errs[i] = h.b.Delete(ctx, cl) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// quantile is the q-quantile of sorted values, interpolated linearly between the closest ranks
+// (numpy's default), so that p95 of ten samples is not simply the maximum.
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(sorted)-1)
+	lo := int(math.Floor(pos))
+	hi := int(math.Ceil(pos))
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
+}
+
+// reportLatencies reports p50-s, p95-s and max-s of ds.
+func reportLatencies(b *testing.B, ds []time.Duration) {
+	s := make([]float64, len(ds))
+	for i, d := range ds {
+		s[i] = d.Seconds()
+	}
+	slices.Sort(s)
+	b.ReportMetric(quantile(s, 0.50), "p50-s")
+	b.ReportMetric(quantile(s, 0.95), "p95-s")
+	b.ReportMetric(s[len(s)-1], "max-s")
+}
+
+// BenchmarkCreateReady measures how long a new cluster takes from its first Ensure until it is
+// Ready (etcd healthy, kube-apiserver /readyz, /version read), with the default tuning.
+//
+// sequential: benchClusters clusters, one after another, each deleted before the next starts:
+// the latency of one cluster on an otherwise idle backend.
+//
+// concurrent: benchClusters clusters Ensured at the same moment, one goroutine each: the
+// latency when a burst of Clusters arrives. Ensure holds the Backend's lock while it writes a
+// cluster's folder and certificates, so those parts serialize; the processes then compete for
+// the CPUs.
+func BenchmarkCreateReady(b *testing.B) {
+	b.Run("sequential", func(b *testing.B) {
+		h := startBenchBackend(b, benchClusters, nil)
+		var lat []time.Duration
+		b.ResetTimer()
+		for i := range b.N {
+			for j := range benchClusters {
+				cl := newCluster(fmt.Sprintf("seq-%d-%d", i, j))
+				d, err := h.awaitReady(b.Context(), cl)
+				require.NoError(b, err)
+				lat = append(lat, d)
+				_, err = h.b.Delete(b.Context(), cl)
+				require.NoError(b, err)
+			}
+		}
+		reportLatencies(b, lat)
+	})
+
+	b.Run("concurrent", func(b *testing.B) {
+		h := startBenchBackend(b, 2*benchClusters, nil)
+		var lat []time.Duration
+		b.ResetTimer()
+		for i := range b.N {
+			cls := make([]*clustersv1alpha1.Cluster, benchClusters)
+			ds := make([]time.Duration, benchClusters)
+			errs := make([]error, benchClusters)
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			for j := range cls {
+				cls[j] = newCluster(fmt.Sprintf("conc-%d-%d", i, j))
+				wg.Go(func() {
+					<-gate
+					ds[j], errs[j] = h.awaitReady(b.Context(), cls[j])
+				})
+			}
+			close(gate) // every goroutine calls its first Ensure now
+			wg.Wait()
+			require.NoError(b, errors.Join(errs...))
+			lat = append(lat, ds...)
+			require.NoError(b, h.deleteAll(b.Context(), cls))
+		}
+		reportLatencies(b, lat)
+	})
+}
+
+// benchTunings are the variants BenchmarkIdleRSS measures.
+//
+// apiServerArgs always passes --profiling=false and --enable-priority-and-fairness=false, whatever
+// the Tuning: "untuned" is therefore not a stock kube-apiserver; it differs from "default" only in
+// the environment (no GOMEMLIMIT, no GOGC: the Go defaults) and in the watch cache (on, the
+// kube-apiserver default). Processes inherit the operator's environment, so GOGC or GOMEMLIMIT
+// set in the benchmark's own environment would leak into the variants that leave them unset.
+var benchTunings = []struct {
+	name   string
+	tuning Tuning
+}{
+	{"default", DefaultTuning},
+	{"untuned", Tuning{WatchCache: true}},
+	{"no-memlimit", Tuning{GOGC: DefaultTuning.GOGC}},
+	{"watchcache-on", func() Tuning { t := DefaultTuning; t.WatchCache = true; return t }()},
+}
+
+// BenchmarkIdleRSS measures the resident memory of idle clusters, per Tuning variant: it starts
+// idleClusters clusters, waits until they are Ready, leaves them idle for idleSettle, then reads
+// VmRSS and PSS of each cluster's etcd and kube-apiserver. It reports the mean per cluster, and
+// how many such clusters fit in 24 GiB by either measure.
+func BenchmarkIdleRSS(b *testing.B) {
+	for _, k := range []string{"GOGC", "GOMEMLIMIT"} {
+		if v := os.Getenv(k); v != "" {
+			b.Logf("%s=%s is set in the environment: the clusters' processes inherit it where the Tuning leaves it unset", k, v)
+		}
+	}
+	for _, v := range benchTunings {
+		b.Run(v.name, func(b *testing.B) {
+			var apiMiB, etcdMiB, pssMiB []float64
+			for i := range b.N {
+				a, e := idleRSS(b, i, v.tuning, &pssMiB)
+				apiMiB = append(apiMiB, a...)
+				etcdMiB = append(etcdMiB, e...)
+			}
+			api, etcd := mean(apiMiB), mean(etcdMiB)
+			b.ReportMetric(api, "apiserver-MiB")
+			b.ReportMetric(etcd, "etcd-MiB")
+			b.ReportMetric(api+etcd, "total-MiB")
+			b.ReportMetric(24*1024/(api+etcd), "clusters-per-24GiB")
+			// Both processes' PSS per cluster: what each further cluster costs the host.
+			pss := 2 * mean(pssMiB)
+			b.ReportMetric(pss, "pss-MiB")
+			b.ReportMetric(24*1024/pss, "clusters-per-24GiB-by-pss")
+		})
+	}
+}
+
+// idleRSS runs one iteration of BenchmarkIdleRSS on a backend of its own, which it stops before
+// it returns; it returns the RSS in MiB of each cluster's kube-apiserver and etcd.
+func idleRSS(b *testing.B, iteration int, tuning Tuning, pssMiB *[]float64) (apiMiB, etcdMiB []float64) {
+	h := startBenchBackend(b, idleClusters, &tuning)
+	defer h.stop()
+	cls := make([]*clustersv1alpha1.Cluster, idleClusters)
+	errs := make([]error, idleClusters)
+	var wg sync.WaitGroup
+	for j := range cls {
+		cls[j] = newCluster(fmt.Sprintf("idle-%d-%d", iteration, j))
+		wg.Go(func() { _, errs[j] = h.awaitReady(b.Context(), cls[j]) })
+	}
+	wg.Wait()
+	require.NoError(b, errors.Join(errs...))
+
+	time.Sleep(idleSettle) // a fixed wait: see idleSettle
+
+	for _, cl := range cls {
+		s, err := h.b.Ensure(b.Context(), cl, h.version)
+		require.NoError(b, err)
+		require.True(b, s.Ready, "%s is still Ready after %s idle: %s: %s", cl.Name, idleSettle, s.Reason, s.Message)
+		pids := h.b.PIDs(cl.UID)
+		for name, out := range map[string]*[]float64{procAPIServer: &apiMiB, procEtcd: &etcdMiB} {
+			pid := pids[name]
+			require.NotZero(b, pid, "%s of %s runs", name, cl.Name)
+			kib, err := vmRSSKiB(pid)
+			require.NoError(b, err, "%s of %s", name, cl.Name)
+			*out = append(*out, float64(kib)/1024)
+			pss, err := pssKiB(pid)
+			require.NoError(b, err, "%s of %s", name, cl.Name)
+			*pssMiB = append(*pssMiB, float64(pss)/1024)
+		}
+	}
+	return apiMiB, etcdMiB
+}
+
+// vmRSSKiB reads VmRSS (in KiB) from /proc/<pid>/status.
+func vmRSSKiB(pid int) (int64, error) { return procKiB(pid, "status", "VmRSS:") }
+
+// pssKiB reads the proportional set size (in KiB) from /proc/<pid>/smaps_rollup: resident memory
+// with every page shared by N processes counted 1/N. The clusters' processes share their
+// binaries' code pages, which RSS counts in full for each.
+func pssKiB(pid int) (int64, error) { return procKiB(pid, "smaps_rollup", "Pss:") }
+
+// procKiB reads the "<field> N kB" line of /proc/<pid>/<file>.
+func procKiB(pid int, file, field string) (int64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field)
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest) // "123456 kB"
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("pid %d: unexpected %s line %q", pid, field, sc.Text())
+		}
+		return strconv.ParseInt(fields[0], 10, 64)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/%s", pid, field, pid, file)
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
