@@ -15,6 +15,13 @@
 // new owner and to the old one, so that the old owner can let go. Objects whose key has no
 // running profile reach nobody.
 //
+// # Secondary watches
+//
+// A Watch maps the events of another kind to objects of a routed kind (a Cluster that became
+// Ready to the AccessRequests waiting for it, a Secret to the AccessRequest owning it). It too has
+// one handler on the shared informer; its Map reads a cache index and names, for each object, the
+// profile that owns it, so the engine enqueues it with the same map lookup as a routed event.
+//
 // # Start
 //
 // StartProfile builds a rate-limited workqueue and a worker pool per kind, publishes the queues in

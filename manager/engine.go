@@ -39,6 +39,8 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// Kinds are the routed kinds. Required.
 	Kinds []Kind
+	// Watches map events of other kinds to objects of the routed kinds. Optional.
+	Watches []Watch
 	// Workers is the number of workers per profile and kind. Default 1.
 	Workers int
 	// NewRateLimiter builds the rate limiter of each queue.
@@ -139,6 +141,15 @@ func New(ctx context.Context, c cache.Cache, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("adding the routing index of %s: %w", k.Name, err)
 		}
 	}
+	for i := range opts.Watches {
+		w := &opts.Watches[i]
+		switch {
+		case w.Object == nil || w.Map == nil:
+			return nil, fmt.Errorf("manager.Options.Watches[%d] (%s) needs Object and Map", i, w.Name)
+		case e.kinds[w.Kind] == nil:
+			return nil, fmt.Errorf("manager.Options.Watches[%d] (%s) maps to kind %q, which the engine does not route", i, w.Name, w.Kind)
+		}
+	}
 	return e, nil
 }
 
@@ -180,12 +191,24 @@ func (e *Engine) Start(ctx context.Context) error {
 		}
 		regs = append(regs, func() error { return inf.RemoveEventHandler(reg) })
 	}
+	for i := range e.opts.Watches {
+		w := &e.opts.Watches[i]
+		inf, err := e.cache.GetInformer(ctx, w.Object)
+		if err != nil {
+			return fmt.Errorf("getting the shared informer of watch %s: %w", w.Name, err)
+		}
+		reg, err := inf.AddEventHandler(&watcher{ctx: ctx, engine: e, watch: w})
+		if err != nil {
+			return fmt.Errorf("adding the handler of watch %s: %w", w.Name, err)
+		}
+		regs = append(regs, func() error { return inf.RemoveEventHandler(reg) })
+	}
 
 	e.mu.Lock()
 	e.runCtx = ctx
 	e.mu.Unlock()
 	close(e.ready)
-	e.log.Info("Controller engine started", "kinds", len(e.opts.Kinds))
+	e.log.Info("Controller engine started", "kinds", len(e.opts.Kinds), "watches", len(e.opts.Watches))
 
 	<-ctx.Done()
 	e.stopAll()

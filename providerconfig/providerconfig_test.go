@@ -314,8 +314,8 @@ func TestRestartRebuildsProfiles(t *testing.T) {
 	})
 }
 
-// TestAccessRequests: an AccessRequest prepared for this provider's profile is answered
-// (Pending, with a condition); one of another provider is never touched.
+// TestAccessRequests: an AccessRequest prepared for this provider's profile is answered (Denied:
+// its Cluster does not exist); one of another provider is never touched.
 func TestAccessRequests(t *testing.T) {
 	startOperator(t)
 	ctx := context.Background()
@@ -341,9 +341,9 @@ func TestAccessRequests(t *testing.T) {
 	var got *clustersv1alpha1.AccessRequest
 	eventually(t, func() bool {
 		got, _ = get(t, client.ObjectKeyFromObject(mine), &clustersv1alpha1.AccessRequest{})
-		return got.Status.Phase == common.PhasePending
+		return got.Status.Phase == common.PhaseDenied
 	}, "the AccessRequest was not answered")
-	requireCondition(t, got.Status.Status, accessrequest.ConditionGranted, metav1.ConditionFalse, accessrequest.ReasonNotImplemented)
+	requireCondition(t, got.Status.Status, accessrequest.ConditionGranted, metav1.ConditionFalse, accessrequest.ReasonClusterGone)
 	assert.Equal(t, got.Generation, got.Status.ObservedGeneration)
 	untouched, _ := get(t, client.ObjectKeyFromObject(foreign), &clustersv1alpha1.AccessRequest{})
 	assert.Equal(t, foreign.ResourceVersion, untouched.ResourceVersion, "another provider's AccessRequest was written to")

@@ -20,6 +20,7 @@ import (
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/local"
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/labeller"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/manager"
@@ -80,16 +81,13 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		Cache:                         profile.CacheOptions(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 
-	engine, err := manager.New(ctx, mgr.GetCache(), manager.Options{
-		Scheme: scheme,
-		Kinds:  profile.Kinds(o.ProviderName),
-		Logger: log.WithName("engine"),
-	})
+	engine, err := profile.NewEngine(ctx, mgr.GetCache(), scheme, o.ProviderName, log.WithName("engine"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller engine: %w", err)
 	}
@@ -111,6 +109,11 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 				Recorder:     mgr.GetEventRecorder(reporterProfile),
 				ProviderName: o.ProviderName,
 				Backends:     backends,
+				Access: accessrequest.Options{
+					Environment:   o.Environment,
+					Namespace:     o.AccessNamespace,
+					TokenValidity: o.TokenValidity,
+				},
 			},
 			Backends:     backends,
 			ProviderName: o.ProviderName,

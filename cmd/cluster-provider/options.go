@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 )
 
 // The names --controllers accepts.
@@ -60,6 +62,11 @@ type runOptions struct {
 	LocalAdvertiseHost string
 	// LocalMaxClusters is --local-max-clusters. Default 20.
 	LocalMaxClusters int
+	// AccessNamespace is --access-namespace: the namespace, in every cluster, of the
+	// ServiceAccounts of token AccessRequests. Default openmcp-access.
+	AccessNamespace string
+	// TokenValidity is --token-validity: how long a granted token is valid. Default 720h.
+	TokenValidity time.Duration
 	// Zap holds the --zap-* logging flags.
 	Zap zap.Options
 }
@@ -93,6 +100,10 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Host (IP or DNS name) in local clusters' endpoints and serving certificates; a non-loopback host makes their API servers listen on every interface.")
 	fs.IntVar(&o.LocalMaxClusters, "local-max-clusters", 20,
 		"How many local clusters may run at once; Clusters beyond get Provisioned=False, reason CapacityExhausted.")
+	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
+		"Namespace, in every cluster, of the ServiceAccounts of token AccessRequests; created if missing.")
+	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,
+		"How long a granted token is valid (an AccessRequest's spec.ttl may end it sooner); a new one replaces it after 80% of that. At least 10m.")
 	o.Zap.BindFlags(fs)
 	return fs
 }
@@ -136,6 +147,10 @@ func (o *runOptions) validate() error {
 	}
 	if len(o.LocalBinaryDirs) > 0 && o.StateDir == "" {
 		errs = append(errs, errors.New("--state-dir must not be empty when --local-binaries is set"))
+	}
+	errs = append(errs, dnsLabel("--access-namespace", o.AccessNamespace))
+	if o.TokenValidity < 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--token-validity %s: must be at least 10m, the shortest validity the TokenRequest API grants", o.TokenValidity))
 	}
 	if o.LocalMaxClusters < 1 {
 		errs = append(errs, fmt.Errorf("--local-max-clusters %d: must be at least 1", o.LocalMaxClusters))

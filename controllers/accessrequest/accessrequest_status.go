@@ -10,22 +10,70 @@ import (
 
 // Condition types of an AccessRequest set by the provider.
 const (
-	// ConditionGranted says whether the access was granted.
+	// ConditionGranted says whether the access is granted, and if not, why.
 	ConditionGranted = "Granted"
 )
 
-// Reasons of the AccessRequest conditions.
+// Reasons of the Granted condition.
 const (
-	// ReasonNotImplemented: this provider does not grant access yet (token and OIDC access come
-	// next); the request stays Pending.
-	ReasonNotImplemented = "NotImplemented"
+	// ReasonGranted: the Secret in status.secretRef holds a working access.
+	ReasonGranted = "Granted"
+	// ReasonClusterNotReady: the Cluster is not Ready yet; the request is granted once it is.
+	ReasonClusterNotReady = "ClusterNotReady"
+	// ReasonClusterGone: the Cluster does not exist or is being deleted; the request is denied.
+	ReasonClusterGone = "ClusterGone"
+	// ReasonBackendUnavailable: the profile's backend does not run in this operator.
+	ReasonBackendUnavailable = "BackendUnavailable"
+	// ReasonOIDCNotSupported: OIDC access is not granted by this provider yet.
+	ReasonOIDCNotSupported = "OIDCNotSupported"
+	// ReasonInvalidPermissions: the cluster's API server rejected a Role, binding or name of the
+	// request; the message quotes it.
+	ReasonInvalidPermissions = "InvalidPermissions"
+	// ReasonNameConflict: a (Cluster)Role or binding of the requested name exists in the cluster
+	// and was not made for this request.
+	ReasonNameConflict = "NameConflict"
+	// ReasonNamespaceNotFound: a permission's namespace does not exist and its automatic creation
+	// is disabled; the request is granted once someone creates it.
+	ReasonNamespaceNotFound = "NamespaceNotFound"
+	// ReasonExpired: spec.ttl has passed; the request is about to be deleted.
+	ReasonExpired = "Expired"
+	// ReasonGrantFailed: granting failed for a reason worth retrying (the cluster did not answer).
+	ReasonGrantFailed = "GrantFailed"
+	// ReasonRevoking: the request is being deleted; its access is being removed from the cluster.
+	ReasonRevoking = "Revoking"
 )
 
-// setPendingNotImplemented keeps the request Pending: it is accepted, but this provider does not
-// grant access yet.
-func setPendingNotImplemented(ar *clustersv1alpha1.AccessRequest) {
-	kit.SetCondition(&ar.Status.Status, ar.Generation, ConditionGranted, metav1.ConditionFalse, ReasonNotImplemented,
-		"The AccessRequest is accepted by this provider, but granting access (token or OIDC) is not implemented yet, so it stays pending.")
+// setPending keeps the request Pending with the reason it waits for.
+func setPending(ar *clustersv1alpha1.AccessRequest, reason, message string) {
+	setPhase(ar, common.PhasePending, metav1.ConditionFalse, reason, message)
+}
+
+// setDenied answers the request negatively. A Denied request is looked at again only when its
+// spec changes.
+func setDenied(ar *clustersv1alpha1.AccessRequest, reason, message string) {
+	setPhase(ar, common.PhaseDenied, metav1.ConditionFalse, reason, message)
+	ar.Status.SecretRef = nil
+}
+
+// setGranted answers the request with the Secret named secret.
+func setGranted(ar *clustersv1alpha1.AccessRequest, secret, message string) {
+	setPhase(ar, common.PhaseGranted, metav1.ConditionTrue, ReasonGranted, message)
+	ar.Status.SecretRef = &common.LocalObjectReference{Name: secret}
+}
+
+func setPhase(ar *clustersv1alpha1.AccessRequest, phase string, status metav1.ConditionStatus, reason, message string) {
+	kit.SetCondition(&ar.Status.Status, ar.Generation, ConditionGranted, status, reason, message)
 	ar.Status.ObservedGeneration = ar.Generation
-	ar.Status.Phase = common.PhasePending
+	ar.Status.Phase = phase
+}
+
+// handles reports whether the provider still has work on a prepared request, following
+// openMCP's rule: a request is the provider's while it is Pending (or has no phase yet) or
+// Granted; a Denied one only once its spec changed since (fixing the spec re-evaluates it). A
+// request being deleted always is, for its access must be revoked.
+func handles(ar *clustersv1alpha1.AccessRequest) bool {
+	if !ar.DeletionTimestamp.IsZero() {
+		return true
+	}
+	return ar.Status.Phase != common.PhaseDenied || ar.Status.ObservedGeneration != ar.Generation
 }

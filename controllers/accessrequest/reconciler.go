@@ -2,45 +2,351 @@ package accessrequest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/transport"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=get;patch;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;update;delete
+
+// Defaults of Options.
+const (
+	DefaultNamespace     = "openmcp-access"
+	DefaultTokenValidity = 720 * time.Hour
+)
+
+// retryNamespace is how soon a request waiting for a namespace in the cluster (which the
+// provider cannot watch) is looked at again.
+const retryNamespace = 30 * time.Second
+
+// Options configure the AccessRequest reconcilers of every profile. Zero values take the defaults
+// named.
+type Options struct {
+	// Environment is --environment; it is part of every RequestID.
+	Environment string
+	// Namespace is --access-namespace: the clusters' namespace of the ServiceAccounts. Default
+	// DefaultNamespace.
+	Namespace string
+	// TokenValidity is --token-validity: how long a token is valid (the request's TTL may end it
+	// sooner). Default DefaultTokenValidity.
+	TokenValidity time.Duration
+	// Clock tells the time for token validity and rotation. Default the real clock.
+	Clock clock.PassiveClock
+	// WrapTransport wraps the transport of every request to a cluster (tests count them).
+	WrapTransport transport.WrapperFunc
+}
+
+// WithDefaults returns o with its defaults filled in.
+func (o Options) WithDefaults() Options {
+	if o.Namespace == "" {
+		o.Namespace = DefaultNamespace
+	}
+	if o.TokenValidity <= 0 {
+		o.TokenValidity = DefaultTokenValidity
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	return o
+}
 
 // Reconciler reconciles the AccessRequests of one ClusterProfile.
 type Reconciler struct {
 	kit.ProfileScope
+	// Options are shared by every profile; set them WithDefaults.
+	Options Options
 }
 
-// Reconcile answers one prepared AccessRequest.
+// Reconcile answers one prepared AccessRequest; a lost optimistic-lock race is retried quietly.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	return kit.QuietConflict(r.reconcile(ctx, req))
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	ar := &clustersv1alpha1.AccessRequest{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ar); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if r.Profile == "" || ProfileOf(ar, r.ProviderName) != r.Profile {
+	if r.Profile == "" || ProfileOf(ar, r.ProviderName) != r.Profile || !handles(ar) {
 		return reconcile.Result{}, nil
 	}
+	full := kit.OperationOf(ar) == kit.OperationReconcile
 	if stop, err := kit.HandleOperation(ctx, r.Client, ar); stop || err != nil {
 		return reconcile.Result{}, err
 	}
 	if !ar.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, ar)
+	}
+	return r.reconcileNormal(ctx, ar, full)
+}
+
+// reconcileNormal grants ar, or says why it is not granted. A Granted request whose spec did not
+// change only gets a new token when its Secret is missing, was edited or is due for rotation;
+// full (the reconcile annotation) applies everything again.
+func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.AccessRequest, full bool) (reconcile.Result, error) {
+	base := ar.DeepCopy()
+	now := r.Options.Clock.Now()
+	if end := ttlEnd(ar); end != nil && !now.Before(*end) {
+		return r.deny(ctx, ar, base, ReasonExpired, fmt.Sprintf("spec.ttl ended at %s; the AccessRequest is deleted", end.UTC().Format(time.RFC3339)))
+	}
+	if ar.Spec.Token == nil {
+		return r.deny(ctx, ar, base, ReasonOIDCNotSupported, "this provider does not grant OIDC access yet; request spec.token instead")
+	}
+	cl, err := r.cluster(ctx, ar)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	switch {
+	case cl == nil || !cl.DeletionTimestamp.IsZero():
+		return r.deny(ctx, ar, base, ReasonClusterGone, fmt.Sprintf("Cluster %s does not exist or is being deleted", clusterKey(ar)))
+	case cl.Status.Phase != common.PhaseReady && ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation:
+		// A granted access outlives a restart of the cluster's processes; the Cluster watch
+		// brings the request back when the Cluster is Ready again.
+		return reconcile.Result{}, nil
+	case cl.Status.Phase != common.PhaseReady:
+		// The Cluster watch brings the request back when the Cluster becomes Ready.
+		return r.pending(ctx, ar, base, ReasonClusterNotReady, fmt.Sprintf("waiting for Cluster %s to be Ready (phase %q)", clusterKey(ar), cl.Status.Phase))
+	case r.Backend == nil:
+		return r.pending(ctx, ar, base, ReasonBackendUnavailable, fmt.Sprintf("backend %q of profile %s does not run in this operator", r.BackendName, r.Profile))
+	}
+
+	fresh := !controllerutil.ContainsFinalizer(ar, kit.Finalizer(r.ProviderName))
+	if err := kit.AddFinalizer(ctx, r.Client, ar, kit.Finalizer(r.ProviderName)); err != nil {
+		return reconcile.Result{}, err
+	}
+	base = ar.DeepCopy()
+	cfg, err := r.Backend.AdminConfig(ctx, cl)
+	if err != nil {
+		return r.retry(ctx, ar, base, fmt.Errorf("reaching the cluster: %w", err))
+	}
+	secret, err := r.secret(ctx, ar)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	granted := !full && ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation
+	created, expires, valid := validity(secret, cfg.Host)
+	if granted && valid && now.Before(rotateAt(created, expires)) {
+		return reconcile.Result{RequeueAfter: rotateAt(created, expires).Sub(now)}, nil
+	}
+
+	cfg.WrapTransport = r.Options.WrapTransport
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return r.retry(ctx, ar, base, fmt.Errorf("a client for the cluster: %w", err))
+	}
+	t := target{cs: cs}
+	plan := planToken(ar, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name), r.Options.Namespace)
+	if !granted {
+		if err := t.grant(ctx, plan, fresh); err != nil {
+			return r.grantFailed(ctx, ar, base, err)
+		}
+	}
+	a := tokenAccess{Host: cfg.Host, CA: cfg.CAData, Created: now}
+	token, exp, err := t.token(ctx, plan.serviceAccount, tokenValidity(now, r.Options.TokenValidity, ttlEnd(ar)))
+	if err != nil {
+		return r.retry(ctx, ar, base, err)
+	}
+	a.Token, a.Expires = token, exp
+	if end := ttlEnd(ar); end != nil && end.Before(exp) {
+		a.Expires = *end
+	}
+	if err := r.writeSecret(ctx, ar, a); err != nil {
+		return r.retry(ctx, ar, base, err)
+	}
+	switch {
+	case !granted:
+		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", plan.serviceAccount.Namespace+"/"+plan.serviceAccount.Name, "expires", a.Expires)
+	case secret != nil && valid:
+		log.FromContext(ctx).Info("Rotated the token", "expires", a.Expires)
+		r.Event(ar, corev1.EventTypeNormal, "TokenRotated", "Rotate", "A new token valid until %s replaced the old one in Secret %s", a.Expires.UTC().Format(time.RFC3339), SecretName(ar.Name))
+	default:
+		log.FromContext(ctx).Info("Restored the kubeconfig Secret with a new token", "secret", SecretName(ar.Name))
+		r.Event(ar, corev1.EventTypeNormal, "SecretRestored", "Restore", "Secret %s was missing or edited; it holds a new token valid until %s", SecretName(ar.Name), a.Expires.UTC().Format(time.RFC3339))
+	}
+	res, err := r.writeStatus(ctx, ar, base, func() {
+		setGranted(ar, SecretName(ar.Name), fmt.Sprintf("Secret %s holds a kubeconfig for Cluster %s, valid until %s", SecretName(ar.Name), clusterKey(ar), a.Expires.UTC().Format(time.RFC3339)))
+	})
+	res.RequeueAfter = rotateAt(a.Created, a.Expires).Sub(now)
+	return res, err
+}
+
+// reconcileDelete revokes the access in the cluster (the ServiceAccount's deletion invalidates its
+// tokens), deletes the Secret and removes the finalizer. A Cluster that is gone or being deleted
+// takes everything with it: the finalizer goes without waiting.
+func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (reconcile.Result, error) {
+	finalizer := kit.Finalizer(r.ProviderName)
+	if !controllerutil.ContainsFinalizer(ar, finalizer) {
 		return reconcile.Result{}, nil
 	}
-	base := ar.DeepCopy()
-	setPendingNotImplemented(ar)
+	cl, err := r.cluster(ctx, ar)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if cl != nil && cl.DeletionTimestamp.IsZero() && r.Backend != nil {
+		if cl.Status.Phase != common.PhaseReady {
+			// The Cluster watch brings the request back once the Cluster is Ready again.
+			return r.pending(ctx, ar, ar.DeepCopy(), ReasonRevoking, fmt.Sprintf("waiting for Cluster %s to be Ready to revoke the access", clusterKey(ar)))
+		}
+		cfg, err := r.Backend.AdminConfig(ctx, cl)
+		if err != nil {
+			return reconcile.Result{}, fmt.Errorf("reaching the cluster to revoke the access: %w", err)
+		}
+		cfg.WrapTransport = r.Options.WrapTransport
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if err := (target{cs: cs}).revoke(ctx, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)); err != nil {
+			return reconcile.Result{}, fmt.Errorf("revoking the access: %w", err)
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ar.Namespace, Name: SecretName(ar.Name)}}
+	if err := r.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, fmt.Errorf("deleting Secret %s: %w", secret.Name, err)
+	}
+	if err := kit.RemoveFinalizer(ctx, r.Client, ar, finalizer); err != nil {
+		return reconcile.Result{}, err
+	}
+	log.FromContext(ctx).Info("Revoked the access", "cluster", clusterKey(ar))
+	r.Event(ar, corev1.EventTypeNormal, "Revoked", "Revoke", "The access to Cluster %s is revoked", clusterKey(ar))
+	return reconcile.Result{}, nil
+}
+
+// grantFailed reports an error of granting: one the user must fix denies the request (a missing
+// namespace keeps it Pending and looks again later); any other is retried with backoff.
+func (r *Reconciler) grantFailed(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, err error) (reconcile.Result, error) {
+	switch reason := kit.ReasonOf(err, ""); reason {
+	case ReasonNamespaceNotFound:
+		res, serr := r.pending(ctx, ar, base, reason, err.Error())
+		res.RequeueAfter = retryNamespace
+		return res, serr
+	case "":
+		return r.retry(ctx, ar, base, err)
+	default:
+		return r.deny(ctx, ar, base, reason, err.Error())
+	}
+}
+
+// retry keeps ar Pending with ReasonGrantFailed and returns err for a retry with backoff.
+func (r *Reconciler) retry(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, err error) (reconcile.Result, error) {
+	_, serr := r.writeStatus(ctx, ar, base, func() { setPending(ar, ReasonGrantFailed, err.Error()) })
+	return reconcile.Result{}, errors.Join(err, serr)
+}
+
+func (r *Reconciler) pending(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, reason, message string) (reconcile.Result, error) {
+	return r.writeStatus(ctx, ar, base, func() { setPending(ar, reason, message) })
+}
+
+func (r *Reconciler) deny(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, reason, message string) (reconcile.Result, error) {
+	return r.writeStatus(ctx, ar, base, func() { setDenied(ar, reason, message) })
+}
+
+// writeStatus applies set to ar, emits an Event when the phase changes and writes the status
+// with one locked patch against base.
+func (r *Reconciler) writeStatus(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, set func()) (reconcile.Result, error) {
+	set()
+	if ar.Status.Phase != base.Status.Phase {
+		switch c := grantedCondition(ar); ar.Status.Phase {
+		case common.PhaseGranted:
+			r.Event(ar, corev1.EventTypeNormal, ReasonGranted, "Grant", "%s", c.Message)
+		case common.PhaseDenied:
+			r.Event(ar, corev1.EventTypeWarning, c.Reason, "Grant", "Denied: %s", c.Message)
+		}
+	}
 	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, ar, statusOf); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 	}
 	return reconcile.Result{}, nil
 }
+
+func grantedCondition(ar *clustersv1alpha1.AccessRequest) metav1.Condition {
+	for _, c := range ar.Status.Conditions {
+		if c.Type == ConditionGranted {
+			return c
+		}
+	}
+	return metav1.Condition{}
+}
+
+// cluster returns ar's Cluster from the cache, or nil if it does not exist.
+func (r *Reconciler) cluster(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (*clustersv1alpha1.Cluster, error) {
+	if ar.Spec.ClusterRef == nil {
+		return nil, nil
+	}
+	cl := &clustersv1alpha1.Cluster{}
+	if err := r.Client.Get(ctx, ClusterKeyOf(ar), cl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading Cluster %s: %w", clusterKey(ar), err)
+	}
+	return cl, nil
+}
+
+// secret returns ar's kubeconfig Secret from the cache, or nil.
+func (r *Reconciler) secret(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (*corev1.Secret, error) {
+	s := &corev1.Secret{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ar.Namespace, Name: SecretName(ar.Name)}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading Secret %s: %w", SecretName(ar.Name), err)
+	}
+	return s, nil
+}
+
+// writeSecret writes a into ar's kubeconfig Secret with one server-side apply, owned by ar.
+func (r *Reconciler) writeSecret(ctx context.Context, ar *clustersv1alpha1.AccessRequest, a tokenAccess) error {
+	data, err := a.secretData(ar.Spec.ClusterRef.Name)
+	if err != nil {
+		return err
+	}
+	gvk := clustersv1alpha1.GroupVersion.WithKind("AccessRequest")
+	ac := corev1ac.Secret(SecretName(ar.Name), ar.Namespace).
+		WithLabels(map[string]string{LabelManagedBy: ManagedByValue, clustersv1alpha1.ProviderLabel: r.ProviderName}).
+		WithAnnotations(map[string]string{AnnotationChecksum: checksum(data)}).
+		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(gvk.GroupVersion().String()).WithKind(gvk.Kind).
+			WithName(ar.Name).WithUID(ar.UID).WithController(true)).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(data)
+	if err := r.Client.Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing Secret %s: %w", SecretName(ar.Name), err)
+	}
+	return nil
+}
+
+// ClusterKeyOf is the key of ar's Cluster: spec.clusterRef, in ar's namespace when it names none.
+func ClusterKeyOf(ar *clustersv1alpha1.AccessRequest) client.ObjectKey {
+	if ar.Spec.ClusterRef == nil {
+		return client.ObjectKey{}
+	}
+	ns := ar.Spec.ClusterRef.Namespace
+	if ns == "" {
+		ns = ar.Namespace
+	}
+	return client.ObjectKey{Namespace: ns, Name: ar.Spec.ClusterRef.Name}
+}
+
+func clusterKey(ar *clustersv1alpha1.AccessRequest) string { return ClusterKeyOf(ar).String() }
 
 // ProfileOf returns the profile an AccessRequest was prepared for, if the central labeller
 // assigned it to providerName (provider label equal to providerName and a profile label set);

@@ -26,6 +26,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/providerconfig"
+	"github.com/openmcp-local/cluster-provider/test/operator"
 )
 
 // Deadlines: a local cluster starts in seconds, slower under -race with other packages running.
@@ -95,9 +96,9 @@ func gone(t *testing.T, obj client.Object) {
 }
 
 // adminClient reaches the Cluster's cluster as the operator does.
-func adminClient(t *testing.T, op *operator, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
+func adminClient(t *testing.T, op *operator.Operator, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
 	t.Helper()
-	cfg, err := op.local.AdminConfig(t.Context(), cl)
+	cfg, err := op.Local.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	return kubernetes.NewForConfigOrDie(cfg)
 }
@@ -150,7 +151,7 @@ func TestClusterLifecycle(t *testing.T) {
 	_, err = adminClient(t, op, cl).CoreV1().ConfigMaps("default").Create(ctx,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "from-c1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	pids := op.local.PIDs(cl.UID)
+	pids := op.Local.PIDs(cl.UID)
 	require.Len(t, pids, 2)
 
 	t.Run("unserved version", func(t *testing.T) {
@@ -159,7 +160,7 @@ func TestClusterLifecycle(t *testing.T) {
 			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonVersionNotSupported)
 		})
 		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "offered are: 1.37.1")
-		assert.NoDirExists(t, op.local.Dir(got.UID), "nothing is started")
+		assert.NoDirExists(t, op.Local.Dir(got.UID), "nothing is started")
 		require.NoError(t, env.Client.Delete(ctx, old))
 		gone(t, old)
 	})
@@ -193,7 +194,7 @@ func TestClusterLifecycle(t *testing.T) {
 			require.NoError(c, env.Client.Get(ctx, client.ObjectKey{Name: profileName}, cp))
 			assert.Equal(c, []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}, cp.Spec.SupportedVersions)
 		}, readyWithin, poll, "the unserved version is reported and left out of the profile")
-		assert.Equal(t, pids, op.local.PIDs(cl.UID), "the same processes run")
+		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the same processes run")
 		waitCluster(t, client.ObjectKeyFromObject(cl), "still Ready", isReady)
 	})
 
@@ -207,7 +208,7 @@ func TestClusterLifecycle(t *testing.T) {
 			assert.Equal(c, common.PhaseTerminating, cl.Status.Phase)
 			hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, cluster.ReasonWaitingForFinalizers)
 		})
-		assert.Equal(t, pids, op.local.PIDs(cl.UID), "the cluster runs while the deletion waits")
+		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the cluster runs while the deletion waits")
 
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
 		controllerutil.RemoveFinalizer(cur, foreignFinalizer)
@@ -216,7 +217,7 @@ func TestClusterLifecycle(t *testing.T) {
 		for name, pid := range pids {
 			assert.True(t, processGone(pid), "%s (pid %d) stopped", name, pid)
 		}
-		assert.NoDirExists(t, op.local.Dir(cl.UID))
+		assert.NoDirExists(t, op.Local.Dir(cl.UID))
 		_, err := http.Get(cl.Status.APIServer) //nolint:noctx // a refused connection is the point
 		assert.Error(t, err, "the port is closed")
 		assert.True(t, env.HasEvent(t, cl.Name, cluster.ReasonDeleted))

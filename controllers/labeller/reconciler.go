@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +31,7 @@ const ControllerName = "accessrequest-labeller"
 const DefaultMaxConcurrentReconciles = 8
 
 // RBAC markers are package markers: they must not be part of a declaration's doc comment.
-// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=patch
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=clusterrequests;clusters;clusterprofiles,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -65,17 +66,48 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, ar); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// spec.ttl applies to every AccessRequest the selector matches, labelled or not.
+	expiry, err := r.expire(ctx, ar)
+	if err != nil || ar.Name == "" {
+		return ctrl.Result{}, err
+	}
 	// Checked before the operation annotation: once both labels are set, even a reconcile
 	// annotation belongs to the provider's reconciler, not to us.
 	if !r.owns(ar) {
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: expiry}, nil
 	}
 	// The labeller keeps no state that could let it skip work: every pass resolves afresh, so a
 	// reconcile annotation only needs to be removed.
 	if stop, err := kit.HandleOperation(ctx, r.Client, ar); stop || err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.reconcileNormal(ctx, ar)
+	res, err := r.reconcileNormal(ctx, ar)
+	if expiry > 0 && (res.RequeueAfter == 0 || expiry < res.RequeueAfter) {
+		res.RequeueAfter = expiry
+	}
+	return res, err
+}
+
+// expire deletes ar once its spec.ttl has passed (openMCP's behaviour; the provider's finalizer
+// then revokes the access) and sets ar to nil. Before that it returns how long is left, so that
+// the request is looked at again then; zero without a TTL.
+func (r *Reconciler) expire(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (time.Duration, error) {
+	if ar.Spec.TTL == nil || !r.Selector.Matches(labels.Set(ar.Labels)) {
+		return 0, nil
+	}
+	left := time.Until(ar.CreationTimestamp.Add(ar.Spec.TTL.Duration))
+	if left > 0 {
+		return left, nil
+	}
+	if ar.DeletionTimestamp.IsZero() {
+		if err := r.Client.Delete(ctx, ar, client.Preconditions{UID: &ar.UID}); client.IgnoreNotFound(err) != nil {
+			return 0, fmt.Errorf("deleting the expired AccessRequest: %w", err)
+		}
+		log.FromContext(ctx).Info("Deleted the AccessRequest: its spec.ttl has passed", "ttl", ar.Spec.TTL.Duration)
+		r.Recorder.Eventf(ar, nil, corev1.EventTypeNormal, ReasonExpired, "Delete", "spec.ttl %s has passed; the AccessRequest is deleted", ar.Spec.TTL.Duration)
+	}
+	*ar = clustersv1alpha1.AccessRequest{}
+	return 0, nil
 }
 
 // reconcileNormal resolves ar's provider, writes the labels, then reports the outcome in the

@@ -39,6 +39,9 @@ const (
 	ReasonLabelConflict = "LabelConflict"
 	// ReasonResolutionFailed (Unknown): an unexpected error, retried with backoff.
 	ReasonResolutionFailed = "ResolutionFailed"
+	// ReasonExpired: the AccessRequest's spec.ttl passed and the labeller deleted it (an Event
+	// reason, not a condition's).
+	ReasonExpired = "Expired"
 )
 
 // setResolution records the outcome of one pass in ar's status: observedGeneration, the

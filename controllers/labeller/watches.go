@@ -79,7 +79,7 @@ func (r *Reconciler) owns(o client.Object) bool {
 // wants reports whether the labeller is to work on AccessRequest o: it owns it and o is not
 // ignored.
 func (r *Reconciler) wants(o client.Object) bool {
-	return r.owns(o) && kit.OperationOf(o) != kit.OperationIgnore
+	return (r.owns(o) || hasTTL(o)) && kit.OperationOf(o) != kit.OperationIgnore
 }
 
 func registerIndexes(indexer client.FieldIndexer) error {
@@ -171,4 +171,10 @@ func (r *Reconciler) waitingOn(ctx context.Context, index, key string) []reconci
 		}
 	}
 	return reqs
+}
+
+// hasTTL reports whether AccessRequest o has a spec.ttl: the labeller deletes it when it ends.
+func hasTTL(o client.Object) bool {
+	ar, ok := o.(*clustersv1alpha1.AccessRequest)
+	return ok && ar.Spec.TTL != nil
 }

@@ -82,6 +82,8 @@ type Builder struct {
 	ProviderName string
 	// Backends run the clusters, by ProviderConfig spec.backend.
 	Backends backend.Registry
+	// Access configures the AccessRequest reconcilers (WithDefaults is applied).
+	Access accessrequest.Options
 }
 
 // Build returns the profile named name serving pc: its reconcilers and the hash of pc's spec, so
@@ -97,7 +99,7 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 		Hash: SpecHash(pc),
 		Reconcilers: map[string]reconcile.Reconciler{
 			KindCluster:       &cluster.Reconciler{ProfileScope: scope},
-			KindAccessRequest: &accessrequest.Reconciler{ProfileScope: scope},
+			KindAccessRequest: &accessrequest.Reconciler{ProfileScope: scope, Options: b.Access.WithDefaults()},
 		},
 	}
 }

@@ -30,6 +30,12 @@ type AccessRequestSpec struct {
 	// OIDC requests OIDC-based access.
 	// +optional
 	OIDC *OIDCConfig `json:"oidc,omitempty"`
+
+	// TTL limits the access's lifetime, counted from the AccessRequest's creationTimestamp: the
+	// AccessRequest is deleted when it ends, and no token outlives it.
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ttl must be positive, e.g. 8h"
+	// +optional
+	TTL *metav1.Duration `json:"ttl,omitempty"`
 }
 
 // TokenConfig describes the permissions a token-based access grants.
@@ -56,6 +62,11 @@ type PermissionsRequest struct {
 
 	// Rules of the (Cluster)Role.
 	Rules []rbacv1.PolicyRule `json:"rules"`
+
+	// DisableAutomaticNamespaceCreation keeps the provider from creating Namespace when it does
+	// not exist; the Role is then granted only once someone else creates it.
+	// +optional
+	DisableAutomaticNamespaceCreation bool `json:"disableAutomaticNamespaceCreation,omitempty"`
 }
 
 // OIDCConfig requests OIDC-based access: the trust relationship plus additional roles.
@@ -84,6 +95,7 @@ type AccessRequestStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ar
+// +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/provider"
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/profile",priority=1

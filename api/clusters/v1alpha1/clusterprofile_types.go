@@ -36,6 +36,7 @@ type SupportedK8sVersion struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=cprof
+// +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".spec.providerRef.name"
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"

@@ -22,4 +22,24 @@ const (
 	SecretKeyExpirationTimestamp = "expirationTimestamp"
 	// SecretKeyCreationTimestamp holds when the access was granted, as Unix seconds.
 	SecretKeyCreationTimestamp = "creationTimestamp"
+	// SecretKeyClientID holds the OIDC client ID of an OIDC access.
+	SecretKeyClientID = "clientID"
+	// SecretKeyHost holds the URL of the cluster's API server.
+	SecretKeyHost = "host"
+	// SecretKeyCACert holds the PEM bundle that verifies the API server's serving certificate.
+	SecretKeyCACert = "ca.crt"
+	// SecretKeyToken holds the bearer token of a token access.
+	SecretKeyToken = "token"
 )
+
+// Names of a Cluster's status.endpoints.
+const (
+	// APIServerEndpointExternal is the API server's URL for clients outside the cluster.
+	APIServerEndpointExternal = "apiserver-external"
+	// APIServerEndpointInternal is the API server's URL for clients inside the cluster's network.
+	APIServerEndpointInternal = "apiserver-internal"
+)
+
+// PlatformClusterLabel marks the CRDs of the platform cluster (openMCP's convention:
+// openmcp.cloud/cluster: platform).
+const PlatformClusterLabel = "openmcp.cloud/cluster"

@@ -6,7 +6,8 @@ package v1alpha1
 
 import (
 	"github.com/openmcp-local/cluster-provider/api/common"
-	"k8s.io/api/rbac/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -91,6 +92,11 @@ func (in *AccessRequestSpec) DeepCopyInto(out *AccessRequestSpec) {
 		in, out := &in.OIDC, &out.OIDC
 		*out = new(OIDCConfig)
 		(*in).DeepCopyInto(*out)
+	}
+	if in.TTL != nil {
+		in, out := &in.TTL, &out.TTL
+		*out = new(v1.Duration)
+		**out = **in
 	}
 }
 
@@ -569,7 +575,7 @@ func (in *PermissionsRequest) DeepCopyInto(out *PermissionsRequest) {
 	*out = *in
 	if in.Rules != nil {
 		in, out := &in.Rules, &out.Rules
-		*out = make([]v1.PolicyRule, len(*in))
+		*out = make([]rbacv1.PolicyRule, len(*in))
 		for i := range *in {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}

@@ -1,0 +1,113 @@
+package accessrequest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+)
+
+// AnnotationChecksum holds a hash of a kubeconfig Secret's data as this provider wrote it; a
+// Secret whose data no longer matches was edited and is written again.
+const AnnotationChecksum = "accessrequest.clusters.openmcp.cloud/checksum"
+
+// rotateFraction is the share of a token's validity after which a new token replaces it.
+const rotateFraction = 0.8
+
+// tokenAccess is a granted token access: what the kubeconfig Secret holds.
+type tokenAccess struct {
+	// Host is the cluster's API server URL; CA verifies its serving certificate.
+	Host string
+	CA   []byte
+	// Token is the ServiceAccount token. Never logged.
+	Token string
+	// Created and Expires bound the token's validity.
+	Created, Expires time.Time
+}
+
+// secretData returns the Secret data of a: the kubeconfig and the separate keys openMCP names.
+func (a tokenAccess) secretData(contextName string) (map[string][]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: a.Host, CertificateAuthorityData: a.CA}
+	cfg.AuthInfos[contextName] = &clientcmdapi.AuthInfo{Token: a.Token}
+	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
+	cfg.CurrentContext = contextName
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return map[string][]byte{
+		clustersv1alpha1.SecretKeyKubeconfig:          kubeconfig,
+		clustersv1alpha1.SecretKeyHost:                []byte(a.Host),
+		clustersv1alpha1.SecretKeyCACert:              a.CA,
+		clustersv1alpha1.SecretKeyToken:               []byte(a.Token),
+		clustersv1alpha1.SecretKeyCreationTimestamp:   []byte(strconv.FormatInt(a.Created.Unix(), 10)),
+		clustersv1alpha1.SecretKeyExpirationTimestamp: []byte(strconv.FormatInt(a.Expires.Unix(), 10)),
+	}, nil
+}
+
+// checksum is a hash over data's keys and values, in key order.
+func checksum(data map[string][]byte) string {
+	h := sha256.New()
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(h, "%d:%s:%d:", len(k), k, len(data[k]))
+		h.Write(data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// validity reads the token validity of a kubeconfig Secret this provider wrote for the cluster at
+// host. ok is false when the Secret was edited (its data does not match the checksum), names
+// another cluster, or lacks the timestamps: it must then be written anew.
+func validity(s *corev1.Secret, host string) (created, expires time.Time, ok bool) {
+	if s == nil || s.Annotations[AnnotationChecksum] != checksum(s.Data) || string(s.Data[clustersv1alpha1.SecretKeyHost]) != host {
+		return time.Time{}, time.Time{}, false
+	}
+	c, err1 := strconv.ParseInt(string(s.Data[clustersv1alpha1.SecretKeyCreationTimestamp]), 10, 64)
+	e, err2 := strconv.ParseInt(string(s.Data[clustersv1alpha1.SecretKeyExpirationTimestamp]), 10, 64)
+	if err1 != nil || err2 != nil || e <= c {
+		return time.Time{}, time.Time{}, false
+	}
+	return time.Unix(c, 0), time.Unix(e, 0), true
+}
+
+// rotateAt is when a token valid from created to expires is replaced.
+func rotateAt(created, expires time.Time) time.Time {
+	return created.Add(time.Duration(rotateFraction * float64(expires.Sub(created))))
+}
+
+// minTokenValidity is the shortest validity the TokenRequest API grants.
+const minTokenValidity = 10 * time.Minute
+
+// tokenValidity is how long a token issued now is asked to be valid: validity, or until the
+// request's TTL ends if that is sooner, but at least what the TokenRequest API accepts. The
+// request's deletion at its TTL end deletes the ServiceAccount, which invalidates the token.
+func tokenValidity(now time.Time, validity time.Duration, ttlEnd *time.Time) time.Duration {
+	d := validity
+	if ttlEnd != nil && ttlEnd.Sub(now) < d {
+		d = ttlEnd.Sub(now)
+	}
+	return max(d, minTokenValidity)
+}
+
+// ttlEnd is when ar's spec.ttl ends, or nil without a TTL.
+func ttlEnd(ar *clustersv1alpha1.AccessRequest) *time.Time {
+	if ar.Spec.TTL == nil {
+		return nil
+	}
+	t := ar.CreationTimestamp.Add(ar.Spec.TTL.Duration)
+	return &t
+}

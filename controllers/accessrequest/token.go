@@ -1,0 +1,177 @@
+package accessrequest
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+)
+
+// Labels and annotations on the objects this provider creates in a cluster for an AccessRequest.
+// The ID label finds them again (spec changes, deletion); namespace and name say whose they are.
+const (
+	// LabelRequestID holds RequestID of the AccessRequest.
+	LabelRequestID = "accessrequest.clusters.openmcp.cloud/id"
+	// LabelRequestNamespace holds the AccessRequest's namespace.
+	LabelRequestNamespace = "accessrequest.clusters.openmcp.cloud/namespace"
+	// LabelRequestName holds the AccessRequest's name, or its hash when it is longer than a label
+	// value may be; AnnotationRequestName always holds it whole.
+	LabelRequestName = "accessrequest.clusters.openmcp.cloud/name"
+	// AnnotationRequestName holds the AccessRequest's namespace/name.
+	AnnotationRequestName = "accessrequest.clusters.openmcp.cloud/request"
+	// LabelManagedBy marks the objects of this operator: in clusters, and the kubeconfig Secrets
+	// in the platform cluster (the operator caches only Secrets with this label).
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is LabelManagedBy's value.
+	ManagedByValue = "cluster-provider.openmcp.cloud"
+)
+
+// RequestID is a stable name part for an AccessRequest: a hash of the environment, the provider
+// and the request's namespace and name, 26 lower-case letters and digits. The same request of
+// the same provider always gets the same objects, so a grant interrupted and done again neither
+// duplicates nor orphans anything.
+func RequestID(environment, provider, namespace, name string) string {
+	sum := sha256.Sum256([]byte(environment + "\x00" + provider + "\x00" + namespace + "\x00" + name))
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
+}
+
+// tokenPlan is what a token request asks for in the cluster.
+type tokenPlan struct {
+	// id is the RequestID.
+	id string
+	// labels go on every object.
+	labels map[string]string
+	// annotations go on every object.
+	annotations map[string]string
+	// serviceAccount is the identity the token belongs to.
+	serviceAccount *corev1.ServiceAccount
+	// namespaces are the permissions' namespaces to create if missing.
+	namespaces []string
+	// objects are the (Cluster)Roles and (Cluster)RoleBindings, roles before their bindings.
+	objects []rbacObject
+}
+
+// rbacObject is one (Cluster)Role or (Cluster)RoleBinding of a plan. userNamed objects carry a
+// name the user chose: such a name may already be taken by an object of someone else.
+type rbacObject struct {
+	obj       any // *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding
+	meta      *metav1.ObjectMeta
+	userNamed bool
+}
+
+// planToken builds the plan of ar's spec.token for the ServiceAccount in accessNamespace.
+func planToken(ar *clustersv1alpha1.AccessRequest, id, accessNamespace string) tokenPlan {
+	p := tokenPlan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
+	p.serviceAccount = &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: p.meta("ar-"+id, accessNamespace),
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: p.serviceAccount.Name, Namespace: accessNamespace}}
+	seen := map[string]bool{}
+	tok := ar.Spec.Token
+	for i, perm := range tok.Permissions {
+		name := perm.Name
+		if name == "" {
+			name = fmt.Sprintf("openmcp:permission:%s:%d", id, i)
+		}
+		if perm.Namespace == "" {
+			role := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: perm.Rules}
+			p.add(role, &role.ObjectMeta, perm.Name != "")
+			binding := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects,
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
+			p.add(binding, &binding.ObjectMeta, perm.Name != "")
+			continue
+		}
+		if !perm.DisableAutomaticNamespaceCreation && !seen[perm.Namespace] {
+			seen[perm.Namespace] = true
+			p.namespaces = append(p.namespaces, perm.Namespace)
+		}
+		role := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, perm.Namespace), Rules: perm.Rules}
+		p.add(role, &role.ObjectMeta, perm.Name != "")
+		binding := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, perm.Namespace), Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}}
+		p.add(binding, &binding.ObjectMeta, perm.Name != "")
+	}
+	for i, ref := range tok.RoleRefs {
+		name := fmt.Sprintf("openmcp:roleref:%s:%d", id, i)
+		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}
+		if ref.Namespace == "" {
+			binding := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
+			p.add(binding, &binding.ObjectMeta, false)
+			continue
+		}
+		binding := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, ref.Namespace), Subjects: subjects, RoleRef: roleRef}
+		p.add(binding, &binding.ObjectMeta, false)
+	}
+	return p
+}
+
+func (p *tokenPlan) add(obj any, m *metav1.ObjectMeta, userNamed bool) {
+	p.objects = append(p.objects, rbacObject{obj: obj, meta: m, userNamed: userNamed})
+}
+
+func (p *tokenPlan) meta(name, namespace string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: p.labels, Annotations: p.annotations}
+}
+
+// wants reports whether the plan has an object of kind named namespace/name.
+func (p *tokenPlan) wants(kind, namespace, name string) bool {
+	for _, o := range p.objects {
+		if kindOf(o.obj) == kind && o.meta.Namespace == namespace && o.meta.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func typeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
+}
+
+func kindOf(obj any) string {
+	switch obj.(type) {
+	case *rbacv1.Role:
+		return "Role"
+	case *rbacv1.ClusterRole:
+		return "ClusterRole"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	case *rbacv1.ClusterRoleBinding:
+		return "ClusterRoleBinding"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// requestLabels are the labels of every object made for ar.
+func requestLabels(ar *clustersv1alpha1.AccessRequest, id string) map[string]string {
+	name := ar.Name
+	if len(validation.IsValidLabelValue(name)) > 0 {
+		name = id // longer than 63 characters: the annotation holds it
+	}
+	return map[string]string{
+		LabelManagedBy:        ManagedByValue,
+		LabelRequestID:        id,
+		LabelRequestNamespace: ar.Namespace,
+		LabelRequestName:      name,
+	}
+}
+
+// SecretName is the name of the kubeconfig Secret of the AccessRequest named name:
+// "<name>.kubeconfig", shortened with a hash of name when that is longer than a Secret name may be.
+func SecretName(name string) string {
+	const suffix = ".kubeconfig"
+	if len(name)+len(suffix) <= validation.DNS1123SubdomainMaxLength {
+		return name + suffix
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:5]))
+	keep := validation.DNS1123SubdomainMaxLength - len(suffix) - len(hash) - 1
+	return strings.TrimRight(name[:keep], ".-") + "-" + hash + suffix
+}

@@ -1,0 +1,145 @@
+// Package operator runs, inside a test, what `cluster-provider run` runs: the controller engine
+// with its secondary watches, the ProviderConfig controller, the real local backend and, if
+// asked, the central AccessRequest labeller, in one controller-runtime manager against envtest.
+// It is the one such harness; the controllers' integration tests share it.
+package operator
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/local"
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/labeller"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/manager"
+	"github.com/openmcp-local/cluster-provider/providerconfig"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+var logOnce sync.Once
+
+func logWriter() io.Writer {
+	if os.Getenv("TEST_LOG") != "" {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
+// Options say what to run. Zero values take the defaults named.
+type Options struct {
+	// ProviderName is --provider-name. Required.
+	ProviderName string
+	// Environment is --environment. Default "default".
+	Environment string
+	// StateDir is the local backend's --state-dir. Default a new temporary folder.
+	StateDir string
+	// MaxClusters is --local-max-clusters. Default 20.
+	MaxClusters int
+	// Access configures the AccessRequest reconcilers (Environment is set from Environment).
+	Access accessrequest.Options
+	// Labeller runs the central AccessRequest labeller too.
+	Labeller bool
+}
+
+// Operator is a running operator.
+type Operator struct {
+	Engine *manager.Engine
+	Local  *local.Backend
+	// Manager runs everything; its client reads the shared cache.
+	Manager ctrl.Manager
+}
+
+// Start runs the operator against env until the test ends (it stops then and fails the test if it
+// does not stop within a minute), and returns once the engine routes events.
+func Start(t *testing.T, env *testenv.Env, o Options) *Operator {
+	t.Helper()
+	if o.Environment == "" {
+		o.Environment = "default"
+	}
+	if o.StateDir == "" {
+		o.StateDir = t.TempDir()
+	}
+	o.Access.Environment = o.Environment
+	logOnce.Do(func() {
+		// TEST_LOG=1 shows the operator's log; by default it is dropped.
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter())))
+	})
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	bins, err := local.LoadBinaries(t.Context(), []string{assets})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:     testenv.Scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache:      profile.CacheOptions(),
+	})
+	require.NoError(t, err)
+	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, ctrl.Log.WithName("engine"))
+	require.NoError(t, err)
+	require.NoError(t, mgr.Add(e))
+	reader := mgr.GetAPIReader()
+	lb, err := local.New(local.Options{
+		Binaries:    bins,
+		StateDir:    o.StateDir,
+		MaxClusters: o.MaxClusters,
+		StopGrace:   5 * time.Second,
+		Notify: func(r backend.Ref) {
+			e.Enqueue(profile.KindCluster, r.Profile, reconcile.Request{NamespacedName: r.NamespacedName})
+		},
+		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
+			list := &clustersv1alpha1.ClusterList{}
+			err := reader.List(ctx, list)
+			return list.Items, err
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, mgr.Add(lb))
+	backends := backend.Registry{local.Name: lb}
+	rec := &providerconfig.Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("providerconfig"),
+		Engine:   e,
+		Builder: &profile.Builder{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("cluster-provider"), ProviderName: o.ProviderName,
+			Backends: backends, Access: o.Access,
+		},
+		Backends:     backends,
+		ProviderName: o.ProviderName,
+		Environment:  o.Environment,
+	}
+	require.NoError(t, rec.SetupWithManager(mgr))
+	if o.Labeller {
+		require.NoError(t, (&labeller.Reconciler{}).SetupWithManager(mgr))
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(time.Minute):
+			t.Error("the operator did not stop")
+		}
+	})
+	<-e.Ready()
+	return &Operator{Engine: e, Local: lb, Manager: mgr}
+}
