@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -103,6 +104,9 @@ func New(ctx context.Context, c cache.Cache, opts Options) (*Engine, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
+	if err := validateWatches(opts); err != nil {
+		return nil, err
+	}
 	e := &Engine{
 		cache:    c,
 		opts:     opts,
@@ -141,16 +145,21 @@ func New(ctx context.Context, c cache.Cache, opts Options) (*Engine, error) {
 			return nil, fmt.Errorf("adding the routing index of %s: %w", k.Name, err)
 		}
 	}
-	for i := range opts.Watches {
-		w := &opts.Watches[i]
+	return e, nil
+}
+
+// validateWatches checks the watches before New changes anything (the cache's indexes).
+func validateWatches(opts Options) error {
+	for i, w := range opts.Watches {
+		routed := slices.ContainsFunc(opts.Kinds, func(k Kind) bool { return k.Name == w.Kind })
 		switch {
 		case w.Object == nil || w.Map == nil:
-			return nil, fmt.Errorf("manager.Options.Watches[%d] (%s) needs Object and Map", i, w.Name)
-		case e.kinds[w.Kind] == nil:
-			return nil, fmt.Errorf("manager.Options.Watches[%d] (%s) maps to kind %q, which the engine does not route", i, w.Name, w.Kind)
+			return fmt.Errorf("manager.Options.Watches[%d] (%s) needs Object and Map", i, w.Name)
+		case !routed:
+			return fmt.Errorf("manager.Options.Watches[%d] (%s) maps to kind %q, which the engine does not route", i, w.Name, w.Kind)
 		}
 	}
-	return e, nil
+	return nil
 }
 
 func indexName(kind string) string { return "manager.routing-key." + kind }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -67,6 +68,20 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	pids := clusterPIDs(t, clusterDir)
 	require.Len(t, pids, 2, "etcd and kube-apiserver of %s", clusterDir)
 
+	// The README's walkthrough: the sample AccessRequest, its kubeconfig used by kubectl.
+	ar := readSample(t, "accessrequest.yaml", &clustersv1alpha1.AccessRequest{})
+	ar.Namespace, ar.Spec.ClusterRef.Namespace, ar.Spec.ClusterRef.Name = cl.Namespace, cl.Namespace, cl.Name
+	require.NoError(t, env.Client.Create(ctx, ar))
+	kubeconfigFile := waitKubeconfig(t, ar)
+	out, err := kubectl(t, kubeconfigFile, "get", "namespaces")
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, out, "sample-apps", "the permission's namespace was created")
+	out, err = kubectl(t, kubeconfigFile, "-n", "sample-apps", "create", "configmap", "mine")
+	require.NoError(t, err, "%s", out)
+	out, err = kubectl(t, kubeconfigFile, "create", "namespace", "not-allowed")
+	require.Error(t, err)
+	assert.Contains(t, out, "forbidden")
+
 	require.NoError(t, op.cmd.Process.Kill())
 	<-op.done
 	require.Eventually(t, func() bool {
@@ -86,6 +101,8 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	}, clusterReadyWithin, poll, "the adopted cluster answers on %s with its data", endpoint)
 	again := waitReady(t, cl)
 	assert.Equal(t, endpoint, again.Status.APIServer, "same endpoint")
+	out, err = kubectl(t, kubeconfigFile, "-n", "sample-apps", "get", "configmap", "mine")
+	assert.NoError(t, err, "the granted kubeconfig works after the restart: %s", out)
 
 	require.NoError(t, env.Client.Delete(ctx, cl))
 	require.Eventually(t, func() bool {
@@ -150,4 +167,31 @@ func clusterPIDs(t *testing.T, dir string) []int {
 		}
 	}
 	return pids
+}
+
+// waitKubeconfig waits until ar is Granted and writes the kubeconfig of its Secret to a file.
+func waitKubeconfig(t *testing.T, ar *clustersv1alpha1.AccessRequest) string {
+	t.Helper()
+	got := &clustersv1alpha1.AccessRequest{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, env.Client.Get(context.Background(), client.ObjectKeyFromObject(ar), got))
+		assert.Equal(c, common.PhaseGranted, got.Status.Phase, "conditions: %+v", got.Status.Conditions)
+	}, convergeWithin, poll, "AccessRequest %s is Granted", ar.Name)
+	require.NotNil(t, got.Status.SecretRef)
+	s := &corev1.Secret{}
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ar.Namespace, Name: got.Status.SecretRef.Name}, s))
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(file, s.Data[clustersv1alpha1.SecretKeyKubeconfig], 0o600))
+	return file
+}
+
+// kubectl runs the kubectl on the PATH with kubeconfig and returns its combined output.
+func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
+	t.Helper()
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Skip("kubectl is not on the PATH; the walkthrough needs it")
+	}
+	out, err := exec.CommandContext(t.Context(), path, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
 }
