@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -142,10 +143,17 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	granted := !full && ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation
+	// The Secret records the generation it was granted for, and is written before the status: a
+	// reconcile that reads a Secret the informer delivered, but a request from before the status
+	// write, does not grant a second time, and a grant cut off between the two writes is finished
+	// by writing the status.
 	created, expires, valid := validity(secret, cfg.Host)
+	granted := !full && (ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation ||
+		valid && secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
 	if granted && valid && now.Before(rotateAt(created, expires)) {
-		return reconcile.Result{RequeueAfter: rotateAt(created, expires).Sub(now)}, nil
+		res, err := r.writeStatus(ctx, ar, base, func() { setGranted(ar, secret.Name, grantedMessage(ar, expires)) })
+		res.RequeueAfter = rotateAt(created, expires).Sub(now)
+		return res, err
 	}
 
 	cfg.WrapTransport = r.Options.WrapTransport
@@ -182,11 +190,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 		log.FromContext(ctx).Info("Restored the kubeconfig Secret with a new token", "secret", SecretName(ar.Name))
 		r.Event(ar, corev1.EventTypeNormal, "SecretRestored", "Restore", "Secret %s was missing or edited; it holds a new token valid until %s", SecretName(ar.Name), a.Expires.UTC().Format(time.RFC3339))
 	}
-	res, err := r.writeStatus(ctx, ar, base, func() {
-		setGranted(ar, SecretName(ar.Name), fmt.Sprintf("Secret %s holds a kubeconfig for Cluster %s, valid until %s", SecretName(ar.Name), clusterKey(ar), a.Expires.UTC().Format(time.RFC3339)))
-	})
+	res, err := r.writeStatus(ctx, ar, base, func() { setGranted(ar, SecretName(ar.Name), grantedMessage(ar, a.Expires)) })
 	res.RequeueAfter = rotateAt(a.Created, a.Expires).Sub(now)
 	return res, err
+}
+
+func grantedMessage(ar *clustersv1alpha1.AccessRequest, expires time.Time) string {
+	return fmt.Sprintf("Secret %s holds a kubeconfig for Cluster %s, valid until %s", SecretName(ar.Name), clusterKey(ar), expires.UTC().Format(time.RFC3339))
 }
 
 // reconcileDelete revokes the access in the cluster (the ServiceAccount's deletion invalidates its
@@ -323,7 +333,7 @@ func (r *Reconciler) writeSecret(ctx context.Context, ar *clustersv1alpha1.Acces
 	gvk := clustersv1alpha1.GroupVersion.WithKind("AccessRequest")
 	ac := corev1ac.Secret(SecretName(ar.Name), ar.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: ManagedByValue, clustersv1alpha1.ProviderLabel: r.ProviderName}).
-		WithAnnotations(map[string]string{AnnotationChecksum: checksum(data)}).
+		WithAnnotations(map[string]string{AnnotationChecksum: checksum(data), AnnotationGeneration: strconv.FormatInt(ar.Generation, 10)}).
 		WithOwnerReferences(metav1ac.OwnerReference().WithAPIVersion(gvk.GroupVersion().String()).WithKind(gvk.Kind).
 			WithName(ar.Name).WithUID(ar.UID).WithController(true)).
 		WithType(corev1.SecretTypeOpaque).

@@ -19,6 +19,9 @@ import (
 // Secret whose data no longer matches was edited and is written again.
 const AnnotationChecksum = "accessrequest.clusters.openmcp.cloud/checksum"
 
+// AnnotationGeneration holds the AccessRequest generation a kubeconfig Secret was granted for.
+const AnnotationGeneration = "accessrequest.clusters.openmcp.cloud/generation"
+
 // rotateFraction is the share of a token's validity after which a new token replaces it.
 const rotateFraction = 0.8
 

@@ -39,7 +39,7 @@ const (
 )
 
 // newProviderConfig creates a local ProviderConfig and returns the name of its profile.
-func newProviderConfig(t *testing.T) string {
+func newProviderConfig(t testing.TB) string {
 	t.Helper()
 	pc := &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "pc-"},
@@ -49,7 +49,7 @@ func newProviderConfig(t *testing.T) string {
 	return "default." + testProvider + "." + pc.Name
 }
 
-func newCluster(t *testing.T, ns, name, profileName string) *clustersv1alpha1.Cluster {
+func newCluster(t testing.TB, ns, name, profileName string) *clustersv1alpha1.Cluster {
 	t.Helper()
 	cl := &clustersv1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},

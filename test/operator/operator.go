@@ -66,7 +66,7 @@ type Operator struct {
 
 // Start runs the operator against env until the test ends (it stops then and fails the test if it
 // does not stop within a minute), and returns once the engine routes events.
-func Start(t *testing.T, env *testenv.Env, o Options) *Operator {
+func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 	t.Helper()
 	if o.Environment == "" {
 		o.Environment = "default"
