@@ -1,6 +1,23 @@
 // Package accessrequest is the per-profile AccessRequest reconciler: one instance runs for each
 // ClusterProfile of this provider, started by the engine (manager/). It acts only on
 // AccessRequests that the central labeller has prepared (both labels set, the provider label
-// equal to this provider) for its profile, and answers them. It must never touch an
-// AccessRequest of another provider or one that is not labelled yet.
+// equal to this provider) for its profile, and it must never touch an AccessRequest of another
+// provider or one that is not labelled yet.
+//
+// It grants spec.token requests in the cluster spec.clusterRef names, reached as the provider's
+// administrator through the backend's AdminConfig: a ServiceAccount in the access namespace, a
+// (Cluster)Role and binding per permission, a binding per roleRef, each written with one
+// server-side apply and labelled with RequestID, a stable hash of the request; then a
+// TokenRequest token, written with the cluster's endpoint and CA as a kubeconfig into a Secret
+// owned by the request (SecretName). Objects of the request that its spec no longer asks for are
+// found by that label and deleted; a restart in the middle of a grant repeats it without
+// duplicates. The Secret is written before the status and records the generation it was granted
+// for, so a reconcile that reads a stale request from the cache never grants twice.
+//
+// A granted request costs nothing until its token is due (80 % of its validity, a RequeueAfter),
+// its Secret is deleted or edited (a checksum annotation tells), its spec changes, or it is
+// deleted: then the finalizer revokes everything in the cluster, which invalidates the token. A
+// Cluster that is not Ready keeps a new request Pending; the engine's Cluster watch brings it
+// back. Errors the user must fix deny the request with a reason and a message; no token,
+// kubeconfig or key is ever logged, put in an Event, a condition or the status.
 package accessrequest

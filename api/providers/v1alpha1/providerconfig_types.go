@@ -43,6 +43,24 @@ type ProviderConfigSpec struct {
 	// Kind holds settings of the kind backend.
 	// +optional
 	Kind *KindBackendConfig `json:"kind,omitempty"`
+
+	// OIDC limits and configures OIDC AccessRequests of the profile's Clusters.
+	// +optional
+	OIDC *OIDCSettings `json:"oidc,omitempty"`
+}
+
+// OIDCSettings limit and configure the OIDC issuers a profile's Clusters may be made to trust.
+type OIDCSettings struct {
+	// AllowedIssuers are URL prefixes; an OIDC AccessRequest whose issuer starts with none of them
+	// is Denied. Empty allows any issuer.
+	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="allowedIssuers entries must be https URLs, e.g. https://idp.example.com/"
+	// +optional
+	AllowedIssuers []string `json:"allowedIssuers,omitempty"`
+
+	// IssuerCABundle is a PEM bundle of CA certificates that verify the issuers' serving
+	// certificates, for the API servers and the provider alike; empty uses the system's roots.
+	// +optional
+	IssuerCABundle string `json:"issuerCABundle,omitempty"`
 }
 
 // LocalBackendConfig holds settings of the local backend. It has none yet.
