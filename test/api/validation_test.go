@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -70,6 +71,22 @@ func TestCreateValidation(t *testing.T) {
 				o.(*clustersv1alpha1.AccessRequest).Spec.OIDC = fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}).Spec.OIDC
 			},
 			message: "exactly one of spec.token and spec.oidc must be set",
+		},
+		{
+			name: "access request with a ttl of zero",
+			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Spec.TTL = &metav1.Duration{}
+			},
+			message: "ttl must be positive",
+		},
+		{
+			name: "provider config allowing an http issuer",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				o.(*providersv1alpha1.ProviderConfig).Spec.OIDC = &providersv1alpha1.OIDCSettings{AllowedIssuers: []string{"http://idp.example.com"}}
+			},
+			message: "allowedIssuers entries must be https URLs",
 		},
 		{
 			name:    "access request with neither token nor oidc",

@@ -53,12 +53,15 @@ type ProviderConfigSpec struct {
 type OIDCSettings struct {
 	// AllowedIssuers are URL prefixes; an OIDC AccessRequest whose issuer starts with none of them
 	// is Denied. Empty allows any issuer.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=2048
 	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="allowedIssuers entries must be https URLs, e.g. https://idp.example.com/"
 	// +optional
 	AllowedIssuers []string `json:"allowedIssuers,omitempty"`
 
 	// IssuerCABundle is a PEM bundle of CA certificates that verify the issuers' serving
 	// certificates, for the API servers and the provider alike; empty uses the system's roots.
+	// +kubebuilder:validation:MaxLength=65536
 	// +optional
 	IssuerCABundle string `json:"issuerCABundle,omitempty"`
 }
