@@ -130,8 +130,10 @@ cat >&2 <<EOF
       export KUBECONFIG=$KUBECONFIG
       kubectl get providerconfigs
       kubectl get clusterprofiles
-      kubectl apply -f deploy/samples/cluster.yaml
-      kubectl get clusters -w          # Progressing, then Ready in a few seconds
+      kubectl get clusters -w          # sample: Progressing, then Ready in a few seconds
+      kubectl get accessrequests       # sample-viewer: Granted once the Cluster is Ready
+      kubectl get secret sample-viewer.kubeconfig -o jsonpath='{.data.kubeconfig}' | base64 -d > /tmp/sample.kubeconfig
+      kubectl --kubeconfig /tmp/sample.kubeconfig get namespaces
       curl -s http://$probes/readyz
 EOF
 "$bin/cluster-provider" run --provider-name "$provider" \

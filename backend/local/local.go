@@ -223,7 +223,10 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		if in, err = b.runLocked(dir, m); err != nil {
 			return backend.State{}, err
 		}
-		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", m.Ports.APIServer)
+		in.mu.Lock()
+		port := in.meta.Ports.APIServer
+		in.mu.Unlock()
+		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", port)
 	}
 	return in.state(), nil
 }
