@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -36,6 +37,18 @@ type Backend interface {
 	// AdminConfig returns a rest.Config with full rights in cl's cluster, for the provider's own
 	// use (granting access). It must never be written to a status, Event, log or Secret.
 	AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error)
+}
+
+// Authenticator is implemented by a Backend whose clusters can be made to trust OIDC issuers
+// (structured authentication configuration, apiserver.config.k8s.io/v1). The per-profile
+// AccessRequest reconciler computes, for one cluster, every issuer its OIDC requests ask for and
+// hands the whole set over; the Backend makes the cluster's API server use exactly that set.
+type Authenticator interface {
+	// SetJWTAuthenticators makes cl's API server trust exactly jwt, replacing what it trusted
+	// before. The API server reloads its configuration on its own, and only once every issuer
+	// in it answers discovery: applied reports whether it now runs with jwt. Call again until it
+	// does; a call with the same jwt only checks.
+	SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (applied bool, err error)
 }
 
 // State is what a Backend observes of one cluster.

@@ -46,6 +46,8 @@ type instance struct {
 	pki   *pki
 	log   logr.Logger
 	probe *http.Client // authenticates as the admin; verifies the cluster CA
+	// authMu serializes writes of the authentication configuration file.
+	authMu sync.Mutex
 
 	mu       sync.Mutex
 	meta     meta

@@ -24,7 +24,7 @@ const (
 	ReasonClusterGone = "ClusterGone"
 	// ReasonBackendUnavailable: the profile's backend does not run in this operator.
 	ReasonBackendUnavailable = "BackendUnavailable"
-	// ReasonOIDCNotSupported: OIDC access is not granted by this provider yet.
+	// ReasonOIDCNotSupported: the profile's backend cannot make its clusters trust OIDC issuers.
 	ReasonOIDCNotSupported = "OIDCNotSupported"
 	// ReasonInvalidPermissions: the cluster's API server rejected a Role, binding or name of the
 	// request; the message quotes it.

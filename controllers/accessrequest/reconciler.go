@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,6 +77,9 @@ type Reconciler struct {
 	kit.ProfileScope
 	// Options are shared by every profile; set them WithDefaults.
 	Options Options
+
+	discoveryOnce sync.Once
+	issuers       *discoveryCache
 }
 
 // Reconcile answers one prepared AccessRequest; a lost optimistic-lock race is retried quietly.
@@ -100,17 +105,14 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.reconcileNormal(ctx, ar, full)
 }
 
-// reconcileNormal grants ar, or says why it is not granted. A Granted request whose spec did not
-// change only gets a new token when its Secret is missing, was edited or is due for rotation;
+// reconcileNormal grants ar, or says why it is not granted: the checks every request shares, then
+// grantToken or grantOIDC. A Granted request whose spec did not change is not granted again;
 // full (the reconcile annotation) applies everything again.
 func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.AccessRequest, full bool) (reconcile.Result, error) {
 	base := ar.DeepCopy()
 	now := r.Options.Clock.Now()
 	if end := ttlEnd(ar); end != nil && !now.Before(*end) {
 		return r.deny(ctx, ar, base, ReasonExpired, fmt.Sprintf("spec.ttl ended at %s; the AccessRequest is deleted", end.UTC().Format(time.RFC3339)))
-	}
-	if ar.Spec.Token == nil {
-		return r.deny(ctx, ar, base, ReasonOIDCNotSupported, "this provider does not grant OIDC access yet; request spec.token instead")
 	}
 	cl, err := r.cluster(ctx, ar)
 	if err != nil {
@@ -130,69 +132,61 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 		return r.pending(ctx, ar, base, ReasonBackendUnavailable, fmt.Sprintf("backend %q of profile %s does not run in this operator", r.BackendName, r.Profile))
 	}
 
-	fresh := !controllerutil.ContainsFinalizer(ar, kit.Finalizer(r.ProviderName))
+	g := &grant{ar: ar, cl: cl, now: now, fresh: !controllerutil.ContainsFinalizer(ar, kit.Finalizer(r.ProviderName)),
+		id: RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)}
 	if err := kit.AddFinalizer(ctx, r.Client, ar, kit.Finalizer(r.ProviderName)); err != nil {
 		return reconcile.Result{}, err
 	}
-	base = ar.DeepCopy()
-	cfg, err := r.Backend.AdminConfig(ctx, cl)
-	if err != nil {
-		return r.retry(ctx, ar, base, fmt.Errorf("reaching the cluster: %w", err))
+	g.base = ar.DeepCopy()
+	if g.cfg, err = r.Backend.AdminConfig(ctx, cl); err != nil {
+		return r.retry(ctx, ar, g.base, fmt.Errorf("reaching the cluster: %w", err))
 	}
-	secret, err := r.secret(ctx, ar)
-	if err != nil {
+	if g.secret, err = r.secret(ctx, ar); err != nil {
 		return reconcile.Result{}, err
 	}
 	// The Secret records the generation it was granted for, and is written before the status: a
 	// reconcile that reads a Secret the informer delivered, but a request from before the status
 	// write, does not grant a second time, and a grant cut off between the two writes is finished
 	// by writing the status.
-	created, expires, valid := validity(secret, cfg.Host)
-	granted := !full && (ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation ||
-		valid && secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
-	if granted && valid && now.Before(rotateAt(created, expires)) {
-		res, err := r.writeStatus(ctx, ar, base, func() { setGranted(ar, secret.Name, grantedMessage(ar, expires)) })
-		res.RequeueAfter = rotateAt(created, expires).Sub(now)
-		return res, err
+	g.granted = !full && (ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation ||
+		intact(g.secret, g.cfg.Host) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
+	if ar.Spec.OIDC != nil {
+		return r.grantOIDC(ctx, g)
 	}
+	return r.grantToken(ctx, g)
+}
 
+// grant is one pass of reconcileNormal past the shared checks.
+type grant struct {
+	ar, base *clustersv1alpha1.AccessRequest
+	cl       *clustersv1alpha1.Cluster
+	now      time.Time
+	// id is the request's RequestID.
+	id string
+	// fresh: nothing was ever made for the request (it had no finalizer).
+	fresh bool
+	// cfg reaches the cluster as the provider's admin. Never logged.
+	cfg *rest.Config
+	// secret is the request's kubeconfig Secret, or nil.
+	secret *corev1.Secret
+	// granted: the request's current spec is granted already; only the Secret may need work.
+	granted bool
+}
+
+// target is a client of the cluster as the provider's admin.
+func (r *Reconciler) target(g *grant) (target, error) {
+	cfg := rest.CopyConfig(g.cfg)
 	cfg.WrapTransport = r.Options.WrapTransport
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return r.retry(ctx, ar, base, fmt.Errorf("a client for the cluster: %w", err))
+		return target{}, fmt.Errorf("a client for the cluster: %w", err)
 	}
-	t := target{cs: cs}
-	plan := planToken(ar, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name), r.Options.Namespace)
-	if !granted {
-		if err := t.grant(ctx, plan, fresh); err != nil {
-			return r.grantFailed(ctx, ar, base, err)
-		}
-	}
-	a := tokenAccess{Host: cfg.Host, CA: cfg.CAData, Created: now}
-	token, exp, err := t.token(ctx, plan.serviceAccount, tokenValidity(now, r.Options.TokenValidity, ttlEnd(ar)))
-	if err != nil {
-		return r.retry(ctx, ar, base, err)
-	}
-	a.Token, a.Expires = token, exp
-	if end := ttlEnd(ar); end != nil && end.Before(exp) {
-		a.Expires = *end
-	}
-	if err := r.writeSecret(ctx, ar, a); err != nil {
-		return r.retry(ctx, ar, base, err)
-	}
-	switch {
-	case !granted:
-		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", plan.serviceAccount.Namespace+"/"+plan.serviceAccount.Name, "expires", a.Expires)
-	case secret != nil && valid:
-		log.FromContext(ctx).Info("Rotated the token", "expires", a.Expires)
-		r.Event(ar, corev1.EventTypeNormal, "TokenRotated", "Rotate", "A new token valid until %s replaced the old one in Secret %s", a.Expires.UTC().Format(time.RFC3339), SecretName(ar.Name))
-	default:
-		log.FromContext(ctx).Info("Restored the kubeconfig Secret with a new token", "secret", SecretName(ar.Name))
-		r.Event(ar, corev1.EventTypeNormal, "SecretRestored", "Restore", "Secret %s was missing or edited; it holds a new token valid until %s", SecretName(ar.Name), a.Expires.UTC().Format(time.RFC3339))
-	}
-	res, err := r.writeStatus(ctx, ar, base, func() { setGranted(ar, SecretName(ar.Name), grantedMessage(ar, a.Expires)) })
-	res.RequeueAfter = rotateAt(a.Created, a.Expires).Sub(now)
-	return res, err
+	return target{cs: cs}, nil
+}
+
+// granted writes the Granted status (and, on a change of phase, its Event).
+func (r *Reconciler) granted(ctx context.Context, g *grant, message string) (reconcile.Result, error) {
+	return r.writeStatus(ctx, g.ar, g.base, func() { setGranted(g.ar, SecretName(g.ar.Name), message) })
 }
 
 func grantedMessage(ar *clustersv1alpha1.AccessRequest, expires time.Time) string {
@@ -228,6 +222,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 		if err := (target{cs: cs}).revoke(ctx, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)); err != nil {
 			return reconcile.Result{}, fmt.Errorf("revoking the access: %w", err)
 		}
+		if ar.Spec.OIDC != nil {
+			applied, err := r.revokeOIDC(ctx, cl, ar)
+			if err != nil {
+				return reconcile.Result{}, fmt.Errorf("revoking the trust in issuer %s: %w", ar.Spec.OIDC.Issuer, err)
+			}
+			if !applied {
+				res, err := r.pending(ctx, ar, ar.DeepCopy(), ReasonRevoking, fmt.Sprintf("the API server of Cluster %s is loading its authentication configuration without this request", clusterKey(ar)))
+				res.RequeueAfter = retryAuthConfig
+				return res, err
+			}
+		}
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ar.Namespace, Name: SecretName(ar.Name)}}
 	if err := r.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
@@ -242,12 +247,17 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 }
 
 // grantFailed reports an error of granting: one the user must fix denies the request (a missing
-// namespace keeps it Pending and looks again later); any other is retried with backoff.
+// namespace or an issuer that does not answer keeps it Pending and looks again later); any other
+// is retried with backoff.
 func (r *Reconciler) grantFailed(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, err error) (reconcile.Result, error) {
 	switch reason := kit.ReasonOf(err, ""); reason {
 	case ReasonNamespaceNotFound:
 		res, serr := r.pending(ctx, ar, base, reason, err.Error())
 		res.RequeueAfter = retryNamespace
+		return res, serr
+	case ReasonIssuerUnreachable:
+		res, serr := r.pending(ctx, ar, base, reason, err.Error())
+		res.RequeueAfter = retryIssuer
 		return res, serr
 	case "":
 		return r.retry(ctx, ar, base, err)
@@ -324,12 +334,9 @@ func (r *Reconciler) secret(ctx context.Context, ar *clustersv1alpha1.AccessRequ
 	return s, nil
 }
 
-// writeSecret writes a into ar's kubeconfig Secret with one server-side apply, owned by ar.
-func (r *Reconciler) writeSecret(ctx context.Context, ar *clustersv1alpha1.AccessRequest, a tokenAccess) error {
-	data, err := a.secretData(ar.Spec.ClusterRef.Name)
-	if err != nil {
-		return err
-	}
+// writeSecret writes data into ar's kubeconfig Secret with one server-side apply, owned by ar and
+// marked with its checksum and ar's generation.
+func (r *Reconciler) writeSecret(ctx context.Context, ar *clustersv1alpha1.AccessRequest, data map[string][]byte) error {
 	gvk := clustersv1alpha1.GroupVersion.WithKind("AccessRequest")
 	ac := corev1ac.Secret(SecretName(ar.Name), ar.Namespace).
 		WithLabels(map[string]string{LabelManagedBy: ManagedByValue, clustersv1alpha1.ProviderLabel: r.ProviderName}).

@@ -38,14 +38,9 @@ type tokenAccess struct {
 
 // secretData returns the Secret data of a: the kubeconfig and the separate keys openMCP names.
 func (a tokenAccess) secretData(contextName string) (map[string][]byte, error) {
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: a.Host, CertificateAuthorityData: a.CA}
-	cfg.AuthInfos[contextName] = &clientcmdapi.AuthInfo{Token: a.Token}
-	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
-	cfg.CurrentContext = contextName
-	kubeconfig, err := clientcmd.Write(*cfg)
+	kubeconfig, err := writeKubeconfig(contextName, a.Host, a.CA, &clientcmdapi.AuthInfo{Token: a.Token})
 	if err != nil {
-		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+		return nil, err
 	}
 	return map[string][]byte{
 		clustersv1alpha1.SecretKeyKubeconfig:          kubeconfig,
@@ -55,6 +50,62 @@ func (a tokenAccess) secretData(contextName string) (map[string][]byte, error) {
 		clustersv1alpha1.SecretKeyCreationTimestamp:   []byte(strconv.FormatInt(a.Created.Unix(), 10)),
 		clustersv1alpha1.SecretKeyExpirationTimestamp: []byte(strconv.FormatInt(a.Expires.Unix(), 10)),
 	}, nil
+}
+
+// oidcAccess is a granted OIDC access: the cluster trusts Issuer for ClientID; users get their
+// tokens with the kubelogin plugin (kubectl oidc-login).
+type oidcAccess struct {
+	Host        string
+	CA          []byte
+	Issuer      string
+	ClientID    string
+	ExtraScopes []string
+	Created     time.Time
+	// Expires is the end of the request's TTL, if it has one.
+	Expires *time.Time
+}
+
+// secretData returns the Secret data of a: a kubeconfig that runs kubelogin, and the keys
+// openMCP names (no token: the user's identity provider issues those).
+func (a oidcAccess) secretData(contextName string) (map[string][]byte, error) {
+	args := []string{"oidc-login", "get-token", "--oidc-issuer-url=" + a.Issuer, "--oidc-client-id=" + a.ClientID}
+	for _, s := range a.ExtraScopes {
+		args = append(args, "--oidc-extra-scope="+s)
+	}
+	kubeconfig, err := writeKubeconfig(contextName, a.Host, a.CA, &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+		APIVersion:      "client.authentication.k8s.io/v1beta1",
+		Command:         "kubectl",
+		Args:            args,
+		InteractiveMode: clientcmdapi.IfAvailableExecInteractiveMode,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	data := map[string][]byte{
+		clustersv1alpha1.SecretKeyKubeconfig:        kubeconfig,
+		clustersv1alpha1.SecretKeyHost:              []byte(a.Host),
+		clustersv1alpha1.SecretKeyCACert:            a.CA,
+		clustersv1alpha1.SecretKeyClientID:          []byte(a.ClientID),
+		clustersv1alpha1.SecretKeyCreationTimestamp: []byte(strconv.FormatInt(a.Created.Unix(), 10)),
+	}
+	if a.Expires != nil {
+		data[clustersv1alpha1.SecretKeyExpirationTimestamp] = []byte(strconv.FormatInt(a.Expires.Unix(), 10))
+	}
+	return data, nil
+}
+
+// writeKubeconfig is a kubeconfig with one context, named contextName, for the cluster at host.
+func writeKubeconfig(contextName, host string, ca []byte, user *clientcmdapi.AuthInfo) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[contextName] = &clientcmdapi.Cluster{Server: host, CertificateAuthorityData: ca}
+	cfg.AuthInfos[contextName] = user
+	cfg.Contexts[contextName] = &clientcmdapi.Context{Cluster: contextName, AuthInfo: contextName}
+	cfg.CurrentContext = contextName
+	kubeconfig, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return kubeconfig, nil
 }
 
 // checksum is a hash over data's keys and values, in key order.
@@ -72,11 +123,17 @@ func checksum(data map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// intact reports whether s is a kubeconfig Secret this provider wrote for the cluster at host and
+// nobody edited since (its data matches the checksum).
+func intact(s *corev1.Secret, host string) bool {
+	return s != nil && s.Annotations[AnnotationChecksum] == checksum(s.Data) && string(s.Data[clustersv1alpha1.SecretKeyHost]) == host
+}
+
 // validity reads the token validity of a kubeconfig Secret this provider wrote for the cluster at
-// host. ok is false when the Secret was edited (its data does not match the checksum), names
-// another cluster, or lacks the timestamps: it must then be written anew.
+// host. ok is false when the Secret is not intact or lacks the timestamps: it must then be
+// written anew.
 func validity(s *corev1.Secret, host string) (created, expires time.Time, ok bool) {
-	if s == nil || s.Annotations[AnnotationChecksum] != checksum(s.Data) || string(s.Data[clustersv1alpha1.SecretKeyHost]) != host {
+	if !intact(s, host) {
 		return time.Time{}, time.Time{}, false
 	}
 	c, err1 := strconv.ParseInt(string(s.Data[clustersv1alpha1.SecretKeyCreationTimestamp]), 10, 64)

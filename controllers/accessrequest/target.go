@@ -26,17 +26,18 @@ type target struct {
 	cs kubernetes.Interface
 }
 
-// grant makes the cluster hold exactly what plan asks for: the access namespace, the
-// ServiceAccount, the permissions' namespaces and the (Cluster)Roles and bindings, each written
+// grant makes the cluster hold exactly what plan asks for: the access namespace and the
+// ServiceAccount (token plans), the permissions' namespaces and the (Cluster)Roles and bindings, each written
 // with one server-side apply. Unless fresh (nothing was ever made for this request), objects of
 // the request that plan no longer asks for are deleted. Errors the user must fix carry a reason.
 func (t target) grant(ctx context.Context, plan tokenPlan, fresh bool) error {
-	sa := plan.serviceAccount
-	if err := t.ensureNamespace(ctx, sa.Namespace); err != nil {
-		return err
-	}
-	if err := t.apply(ctx, "ServiceAccount", sa.Namespace, sa.Name, sa); err != nil {
-		return fmt.Errorf("applying ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	if sa := plan.serviceAccount; sa != nil {
+		if err := t.ensureNamespace(ctx, sa.Namespace); err != nil {
+			return err
+		}
+		if err := t.apply(ctx, "ServiceAccount", sa.Namespace, sa.Name, sa); err != nil {
+			return fmt.Errorf("applying ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+		}
 	}
 	for _, ns := range plan.namespaces {
 		if err := t.ensureNamespace(ctx, ns); err != nil {

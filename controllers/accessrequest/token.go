@@ -50,7 +50,7 @@ type tokenPlan struct {
 	labels map[string]string
 	// annotations go on every object.
 	annotations map[string]string
-	// serviceAccount is the identity the token belongs to.
+	// serviceAccount is the identity the token belongs to; nil in OIDC plans.
 	serviceAccount *corev1.ServiceAccount
 	// namespaces are the permissions' namespaces to create if missing.
 	namespaces []string

@@ -45,6 +45,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	mine, err := r.responsible(ctx, cl)
+	if errors.Is(err, errProfileNotCached) {
+		// The profile's controllers start as soon as the ClusterProfile is written, which may be
+		// before the cache holds it.
+		return reconcile.Result{RequeueAfter: retryProfile}, nil
+	}
 	if err != nil || !mine {
 		return reconcile.Result{}, err
 	}
@@ -57,9 +62,17 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (reco
 	return r.reconcileNormal(ctx, cl)
 }
 
+// errProfileNotCached: the ClusterProfile of the running profile is not in the cache yet.
+var errProfileNotCached = errors.New("the ClusterProfile is not in the cache yet")
+
+// retryProfile is how soon a Cluster is looked at again when its ClusterProfile is not cached yet.
+const retryProfile = 200 * time.Millisecond
+
 // responsible reports whether cl's profile is the one this instance serves and belongs to this
-// provider. A Cluster of another provider's profile, or of a profile that does not exist, is not
-// this reconciler's business: it is neither touched nor an error.
+// provider. A Cluster of another provider's profile is not this reconciler's business: it is
+// neither touched nor an error. This instance runs only while the ProviderConfig controller has
+// published its ClusterProfile, so a profile missing from the cache is one the cache has not
+// seen yet (errProfileNotCached).
 func (r *Reconciler) responsible(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
 	if cl.Spec.Profile != r.Profile {
 		return false, nil
@@ -67,7 +80,7 @@ func (r *Reconciler) responsible(ctx context.Context, cl *clustersv1alpha1.Clust
 	prof := &clustersv1alpha1.ClusterProfile{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: cl.Spec.Profile}, prof); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return false, errProfileNotCached
 		}
 		return false, fmt.Errorf("reading ClusterProfile %s: %w", cl.Spec.Profile, err)
 	}

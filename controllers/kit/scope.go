@@ -4,6 +4,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 )
 
@@ -25,6 +26,9 @@ type ProfileScope struct {
 	// Offer is what the profile offers: the versions published in the ClusterProfile and the
 	// default.
 	Offer backend.Offer
+	// OIDC is the ProviderConfig's spec.oidc: which issuers the profile's Clusters may trust.
+	// Nil allows any, verified with the system's roots.
+	OIDC *providersv1alpha1.OIDCSettings
 }
 
 // Event emits an Event on obj if there is a Recorder. note is a format for args.

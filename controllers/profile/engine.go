@@ -19,10 +19,6 @@ import (
 	"github.com/openmcp-local/cluster-provider/manager"
 )
 
-// indexClusterRef indexes the AccessRequests prepared for this provider by their Cluster
-// (namespace/name), so that a Cluster event finds the requests waiting for it.
-const indexClusterRef = "profile.accessrequest.clusterRef"
-
 // CacheOptions restricts the shared cache to what the operator needs of kinds that may be
 // numerous: of Secrets, only the kubeconfig Secrets this operator writes.
 func CacheOptions() cache.Options {
@@ -36,14 +32,14 @@ func CacheOptions() cache.Options {
 // away or starts deleting reaches the requests for it; a kubeconfig Secret that is edited or
 // deleted reaches the request that owns it.
 func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, log logr.Logger) (*manager.Engine, error) {
-	if err := c.IndexField(ctx, &clustersv1alpha1.AccessRequest{}, indexClusterRef, func(o client.Object) []string {
+	if err := c.IndexField(ctx, &clustersv1alpha1.AccessRequest{}, accessrequest.IndexClusterRef, func(o client.Object) []string {
 		ar := o.(*clustersv1alpha1.AccessRequest)
 		if accessrequest.ProfileOf(ar, providerName) == "" || ar.Spec.ClusterRef == nil {
 			return nil
 		}
 		return []string{accessrequest.ClusterKeyOf(ar).String()}
 	}); err != nil {
-		return nil, fmt.Errorf("adding the AccessRequest index %s: %w", indexClusterRef, err)
+		return nil, fmt.Errorf("adding the AccessRequest index %s: %w", accessrequest.IndexClusterRef, err)
 	}
 	return manager.New(ctx, c, manager.Options{
 		Scheme:  scheme,
@@ -63,7 +59,7 @@ func Watches(r client.Reader, providerName string) []manager.Watch {
 			Predicates: []predicate.Predicate{clusterAvailabilityChanged()},
 			Map: func(ctx context.Context, o client.Object) []manager.Target {
 				list := &clustersv1alpha1.AccessRequestList{}
-				if err := r.List(ctx, list, client.MatchingFields{indexClusterRef: client.ObjectKeyFromObject(o).String()}); err != nil {
+				if err := r.List(ctx, list, client.MatchingFields{accessrequest.IndexClusterRef: client.ObjectKeyFromObject(o).String()}); err != nil {
 					return nil
 				}
 				targets := make([]manager.Target, 0, len(list.Items))

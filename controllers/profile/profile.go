@@ -92,7 +92,7 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 	be := b.Backends.Get(string(pc.Spec.Backend))
 	scope := kit.ProfileScope{
 		Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
-		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be),
+		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be), OIDC: pc.Spec.OIDC.DeepCopy(),
 	}
 	return manager.Profile{
 		Name: name,

@@ -1,0 +1,67 @@
+package accessrequest
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+)
+
+// grantToken grants a spec.token request: the RBAC plan (unless granted already), then a token
+// into the Secret when it is missing, edited or due for rotation.
+func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result, error) {
+	ar := g.ar
+	created, expires, valid := validity(g.secret, g.cfg.Host)
+	if g.granted && valid && g.now.Before(rotateAt(created, expires)) {
+		res, err := r.granted(ctx, g, grantedMessage(ar, expires))
+		res.RequeueAfter = rotateAt(created, expires).Sub(g.now)
+		return res, err
+	}
+	t, err := r.target(g)
+	if err != nil {
+		return r.retry(ctx, ar, g.base, err)
+	}
+	plan := planToken(ar, g.id, r.Options.Namespace)
+	if !g.granted {
+		if err := t.grant(ctx, plan, g.fresh); err != nil {
+			return r.grantFailed(ctx, ar, g.base, err)
+		}
+	}
+	a := tokenAccess{Host: g.cfg.Host, CA: g.cfg.CAData, Created: g.now}
+	token, exp, err := t.token(ctx, plan.serviceAccount, tokenValidity(g.now, r.Options.TokenValidity, ttlEnd(ar)))
+	if err != nil {
+		return r.retry(ctx, ar, g.base, err)
+	}
+	a.Token, a.Expires = token, exp
+	if end := ttlEnd(ar); end != nil && end.Before(exp) {
+		a.Expires = *end
+	}
+	data, err := a.secretData(ar.Spec.ClusterRef.Name)
+	if err == nil {
+		err = r.writeSecret(ctx, ar, data)
+	}
+	if err != nil {
+		return r.retry(ctx, ar, g.base, err)
+	}
+	switch {
+	case !g.granted:
+		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", plan.serviceAccount.Namespace+"/"+plan.serviceAccount.Name, "expires", a.Expires)
+	case valid:
+		log.FromContext(ctx).Info("Rotated the token", "expires", a.Expires)
+		r.Event(ar, corev1.EventTypeNormal, "TokenRotated", "Rotate", "A new token valid until %s replaced the old one in Secret %s", a.Expires.UTC().Format(time.RFC3339), SecretName(ar.Name))
+	default:
+		r.secretRestored(ctx, ar)
+	}
+	res, err := r.granted(ctx, g, grantedMessage(ar, a.Expires))
+	res.RequeueAfter = rotateAt(a.Created, a.Expires).Sub(g.now)
+	return res, err
+}
+
+func (r *Reconciler) secretRestored(ctx context.Context, ar *clustersv1alpha1.AccessRequest) {
+	log.FromContext(ctx).Info("Restored the kubeconfig Secret", "secret", SecretName(ar.Name))
+	r.Event(ar, corev1.EventTypeNormal, "SecretRestored", "Restore", "Secret %s was missing or edited; it is written anew", SecretName(ar.Name))
+}

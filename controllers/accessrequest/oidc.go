@@ -1,0 +1,240 @@
+package accessrequest
+
+import (
+	"cmp"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/apis/apiserver"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/apiserver/pkg/apis/apiserver/validation"
+	authenticationcel "k8s.io/apiserver/pkg/authentication/cel"
+	"k8s.io/utils/ptr"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+)
+
+// Reasons of OIDC requests.
+const (
+	// ReasonInvalidOIDC: spec.oidc cannot be trusted as it is (an http issuer, a system: prefix,
+	// a claim the API server rejects); the message says what to change.
+	ReasonInvalidOIDC = "InvalidOIDC"
+	// ReasonIssuerNotAllowed: the issuer is outside the ProviderConfig's spec.oidc.allowedIssuers.
+	ReasonIssuerNotAllowed = "IssuerNotAllowed"
+	// ReasonIssuerConflict: another request already makes the cluster trust the issuer with other
+	// claim mappings.
+	ReasonIssuerConflict = "IssuerConflict"
+	// ReasonIssuerUnreachable: the issuer does not answer OpenID discovery; the cluster's API
+	// server would not load it, so it is left out until it answers.
+	ReasonIssuerUnreachable = "IssuerUnreachable"
+	// ReasonTooManyIssuers: the cluster already trusts as many issuers as an API server takes.
+	ReasonTooManyIssuers = "TooManyIssuers"
+	// ReasonWaitingForAPIServer: the cluster's API server has not loaded its new authentication
+	// configuration yet.
+	ReasonWaitingForAPIServer = "WaitingForAPIServer"
+)
+
+// maxIssuers is how many jwt entries kube-apiserver accepts.
+const maxIssuers = 64
+
+// systemPrefix starts the user and group names Kubernetes reserves.
+const systemPrefix = "system:"
+
+// oidcConfig is ar's spec.oidc with Default applied and the prefixes resolved: empty means
+// "<name>:" (openMCP's GetUsernamePrefix / GetGroupsPrefix).
+func oidcConfig(ar *clustersv1alpha1.AccessRequest) common.OIDCProviderConfig {
+	c := *ar.Spec.OIDC.OIDCProviderConfig.DeepCopy()
+	c.Default()
+	if c.UsernamePrefix == "" {
+		c.UsernamePrefix = c.Name + ":"
+	}
+	if c.GroupsPrefix == "" {
+		c.GroupsPrefix = c.Name + ":"
+	}
+	return c
+}
+
+// checkOIDC returns what the user must fix in c before a cluster may trust it under settings.
+func checkOIDC(c common.OIDCProviderConfig, settings *providersv1alpha1.OIDCSettings) error {
+	u, err := url.Parse(c.Issuer)
+	switch {
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		return kit.Errorf(ReasonInvalidOIDC, "spec.oidc.issuer %q must be an https URL: the API server only trusts https issuers", c.Issuer)
+	case strings.HasPrefix(c.UsernamePrefix, systemPrefix) || strings.HasPrefix(c.GroupsPrefix, systemPrefix):
+		return kit.Errorf(ReasonInvalidOIDC, "spec.oidc usernamePrefix %q and groupsPrefix %q must not start with %q: those names are Kubernetes' own", c.UsernamePrefix, c.GroupsPrefix, systemPrefix)
+	}
+	if settings != nil && len(settings.AllowedIssuers) > 0 && !slices.ContainsFunc(settings.AllowedIssuers, func(p string) bool { return strings.HasPrefix(c.Issuer, p) }) {
+		return kit.Errorf(ReasonIssuerNotAllowed, "issuer %s is not allowed for this ClusterProfile (ProviderConfig spec.oidc.allowedIssuers: %s); use an allowed issuer or ask the platform team to allow it",
+			c.Issuer, strings.Join(settings.AllowedIssuers, ", "))
+	}
+	return nil
+}
+
+// jwtAuthenticator is how a cluster's API server trusts c's issuer for the given audiences.
+func jwtAuthenticator(c common.OIDCProviderConfig, audiences []string, caBundle string) apiserverv1.JWTAuthenticator {
+	return apiserverv1.JWTAuthenticator{
+		Issuer: apiserverv1.Issuer{
+			URL:                  c.Issuer,
+			Audiences:            audiences,
+			AudienceMatchPolicy:  apiserverv1.AudienceMatchPolicyMatchAny,
+			CertificateAuthority: caBundle,
+		},
+		ClaimMappings: apiserverv1.ClaimMappings{
+			Username: apiserverv1.PrefixedClaimOrExpression{Claim: c.UsernameClaim, Prefix: ptr.To(c.UsernamePrefix)},
+			Groups:   apiserverv1.PrefixedClaimOrExpression{Claim: c.GroupsClaim, Prefix: ptr.To(c.GroupsPrefix)},
+		},
+		// The prefixes already keep mapped names out of system:, this states it to the API server.
+		UserValidationRules: []apiserverv1.UserValidationRule{
+			{Expression: "!user.username.startsWith('system:')", Message: "user names starting with system: are Kubernetes' own"},
+			{Expression: "user.groups.all(group, !group.startsWith('system:'))", Message: "group names starting with system: are Kubernetes' own"},
+		},
+	}
+}
+
+// validateJWT checks j with the API server's own validation, so that no request can put a file
+// into the cluster that its API server refuses (which would block every later change).
+func validateJWT(j apiserverv1.JWTAuthenticator) error {
+	var internal apiserver.JWTAuthenticator
+	if err := apiserverv1.Convert_v1_JWTAuthenticator_To_apiserver_JWTAuthenticator(&j, &internal, nil); err != nil {
+		return err
+	}
+	errs := validation.ValidateAuthenticationConfiguration(authenticationcel.NewDefaultCompiler(),
+		&apiserver.AuthenticationConfiguration{JWT: []apiserver.JWTAuthenticator{internal}}, nil)
+	if err := errs.ToAggregate(); err != nil {
+		return kit.Errorf(ReasonInvalidOIDC, "the cluster's API server would reject spec.oidc: %s", err.Error())
+	}
+	return nil
+}
+
+// sameMappings reports whether a and b map claims alike: requests on one issuer must.
+func sameMappings(a, b common.OIDCProviderConfig) bool {
+	return a.UsernameClaim == b.UsernameClaim && a.UsernamePrefix == b.UsernamePrefix &&
+		a.GroupsClaim == b.GroupsClaim && a.GroupsPrefix == b.GroupsPrefix
+}
+
+// trust is what a cluster trusts for its OIDC requests: one jwt entry per issuer, and the reason
+// each request that is left out is left out.
+type trust struct {
+	jwt      []apiserverv1.JWTAuthenticator
+	rejected map[types.UID]error
+}
+
+// trustFor computes the trust of a cluster from its OIDC requests (those being deleted are not
+// passed). Requests are taken oldest first, so that a later request never displaces an earlier
+// one: it is the one Denied on a conflict. reachable says whether an issuer answers discovery.
+func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha1.OIDCSettings, reachable func(issuer string) error) trust {
+	reqs = slices.Clone(reqs)
+	slices.SortFunc(reqs, func(a, b *clustersv1alpha1.AccessRequest) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	var caBundle string
+	if settings != nil {
+		caBundle = settings.IssuerCABundle
+	}
+	type issuer struct {
+		cfg       common.OIDCProviderConfig
+		owner     string
+		audiences []string
+	}
+	var order []string
+	issuers := map[string]*issuer{}
+	t := trust{rejected: map[types.UID]error{}}
+	for _, ar := range reqs {
+		c := oidcConfig(ar)
+		if err := checkOIDC(c, settings); err != nil {
+			t.rejected[ar.UID] = err
+			continue
+		}
+		if err := validateJWT(jwtAuthenticator(c, []string{c.ClientID}, caBundle)); err != nil {
+			t.rejected[ar.UID] = err
+			continue
+		}
+		if is := issuers[c.Issuer]; is != nil {
+			if !sameMappings(is.cfg, c) {
+				t.rejected[ar.UID] = kit.Errorf(ReasonIssuerConflict,
+					"the cluster already trusts issuer %s for AccessRequest %s with other claim mappings (usernameClaim %q, usernamePrefix %q, groupsClaim %q, groupsPrefix %q); use the same mappings",
+					c.Issuer, is.owner, is.cfg.UsernameClaim, is.cfg.UsernamePrefix, is.cfg.GroupsClaim, is.cfg.GroupsPrefix)
+				continue
+			}
+			if !slices.Contains(is.audiences, c.ClientID) {
+				is.audiences = append(is.audiences, c.ClientID)
+			}
+			continue
+		}
+		if len(order) == maxIssuers {
+			t.rejected[ar.UID] = kit.Errorf(ReasonTooManyIssuers, "the cluster already trusts %d issuers, the most its API server takes; share an issuer with another request", maxIssuers)
+			continue
+		}
+		if err := reachable(c.Issuer); err != nil {
+			if kit.ReasonOf(err, "") == "" {
+				err = kit.Errorf(ReasonIssuerUnreachable, "issuer %s does not answer OpenID discovery (%v); the cluster trusts it once it does", c.Issuer, err)
+			}
+			t.rejected[ar.UID] = err
+			continue
+		}
+		order = append(order, c.Issuer)
+		issuers[c.Issuer] = &issuer{cfg: c, owner: ar.Namespace + "/" + ar.Name, audiences: []string{c.ClientID}}
+	}
+	for _, u := range order {
+		is := issuers[u]
+		slices.Sort(is.audiences)
+		t.jwt = append(t.jwt, jwtAuthenticator(is.cfg, is.audiences, caBundle))
+	}
+	return t
+}
+
+// planOIDC builds the RBAC of ar's spec.oidc: its roles, and its role bindings with the User and
+// Group subjects prefixed as the cluster maps them (ServiceAccount subjects are not).
+func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, id string) tokenPlan {
+	p := tokenPlan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
+	for i, role := range ar.Spec.OIDC.Roles {
+		name := role.Name
+		if name == "" {
+			name = fmt.Sprintf("openmcp:oidc-role:%s:%d", id, i)
+		}
+		if role.Namespace == "" {
+			r := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: role.Rules}
+			p.add(r, &r.ObjectMeta, role.Name != "")
+			continue
+		}
+		if !role.DisableAutomaticNamespaceCreation && !slices.Contains(p.namespaces, role.Namespace) {
+			p.namespaces = append(p.namespaces, role.Namespace)
+		}
+		r := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, role.Namespace), Rules: role.Rules}
+		p.add(r, &r.ObjectMeta, role.Name != "")
+	}
+	for i, rb := range c.RoleBindings {
+		subjects := make([]rbacv1.Subject, len(rb.Subjects))
+		for k, s := range rb.Subjects {
+			subjects[k] = s
+			switch s.Kind {
+			case rbacv1.UserKind:
+				subjects[k].Name, subjects[k].APIGroup = c.UsernamePrefix+s.Name, rbacv1.GroupName
+			case rbacv1.GroupKind:
+				subjects[k].Name, subjects[k].APIGroup = c.GroupsPrefix+s.Name, rbacv1.GroupName
+			}
+		}
+		for j, ref := range rb.RoleRefs {
+			name := fmt.Sprintf("openmcp:oidc:%s:%d:%d", id, i, j)
+			roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}
+			if ref.Namespace == "" {
+				b := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
+				p.add(b, &b.ObjectMeta, false)
+				continue
+			}
+			b := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, ref.Namespace), Subjects: subjects, RoleRef: roleRef}
+			p.add(b, &b.ObjectMeta, false)
+		}
+	}
+	return p
+}
