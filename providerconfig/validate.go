@@ -1,6 +1,7 @@
 package providerconfig
 
 import (
+	"crypto/x509"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -47,6 +48,12 @@ func validate(pc *providersv1alpha1.ProviderConfig, profileName string) error {
 			case pc.Spec.SupportedVersions[i].Deprecated:
 				errs = append(errs, field.Invalid(p, d, "deprecated in spec.supportedVersions; choose a supported, non-deprecated version"))
 			}
+		}
+	}
+	if o := pc.Spec.OIDC; o != nil && o.IssuerCABundle != "" {
+		if !x509.NewCertPool().AppendCertsFromPEM([]byte(o.IssuerCABundle)) {
+			errs = append(errs, field.Invalid(spec.Child("oidc", "issuerCABundle"), "(PEM)",
+				"holds no PEM certificate; give the CA certificates (-----BEGIN CERTIFICATE-----) that verify the issuers' serving certificates"))
 		}
 	}
 	for _, msg := range validation.IsValidLabelValue(profileName) {

@@ -20,6 +20,7 @@ func TestValidate(t *testing.T) {
 		versions []clustersv1alpha1.SupportedK8sVersion
 		def      string
 		profile  string
+		oidc     *providersv1alpha1.OIDCSettings
 		want     []string // substrings of the error; none: valid
 	}{
 		{name: "valid", versions: []clustersv1alpha1.SupportedK8sVersion{v("1.37.1", false), v("1.36.3", true)}, def: "1.37.1"},
@@ -51,6 +52,11 @@ func TestValidate(t *testing.T) {
 			want:     []string{`spec.defaultVersion: Invalid value: "one": not a semantic version`},
 		},
 		{
+			name: "an issuer CA bundle without a certificate",
+			oidc: &providersv1alpha1.OIDCSettings{IssuerCABundle: "not PEM"},
+			want: []string{`spec.oidc.issuerCABundle: Invalid value: "(PEM)": holds no PEM certificate`},
+		},
+		{
 			name:    "profile name too long for a label value",
 			profile: "default.test." + strings.Repeat("x", 60),
 			want:    []string{`metadata.name: Invalid value: "pc": the ClusterProfile name "default.test.xxx`, "must be no more than 63 bytes"},
@@ -60,7 +66,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pc := &providersv1alpha1.ProviderConfig{
 				ObjectMeta: metav1.ObjectMeta{Name: "pc"},
-				Spec:       providersv1alpha1.ProviderConfigSpec{SupportedVersions: tt.versions, DefaultVersion: tt.def},
+				Spec:       providersv1alpha1.ProviderConfigSpec{SupportedVersions: tt.versions, DefaultVersion: tt.def, OIDC: tt.oidc},
 			}
 			if tt.profile == "" {
 				tt.profile = "default.test.pc"

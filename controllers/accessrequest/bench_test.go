@@ -11,14 +11,19 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/test/idp"
 	"github.com/openmcp-local/cluster-provider/test/operator"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -153,15 +158,25 @@ func waitClusterReady(b *testing.B, cl *clustersv1alpha1.Cluster) {
 
 // reportQuantiles reports p50, p99 and the maximum of ds in milliseconds.
 func reportQuantiles(b *testing.B, ds []time.Duration) {
+	s := sortedMillis(ds)
+	b.ReportMetric(nearestRank(s, 0.50), "p50-ms")
+	b.ReportMetric(nearestRank(s, 0.99), "p99-ms")
+	b.ReportMetric(s[len(s)-1], "max-ms")
+}
+
+// sortedMillis is ds in milliseconds, sorted.
+func sortedMillis(ds []time.Duration) []float64 {
 	s := make([]float64, len(ds))
 	for i, d := range ds {
 		s[i] = float64(d) / float64(time.Millisecond)
 	}
 	slices.Sort(s)
-	q := func(p float64) float64 { return s[int(math.Ceil(p*float64(len(s))))-1] } // nearest rank
-	b.ReportMetric(q(0.50), "p50-ms")
-	b.ReportMetric(q(0.99), "p99-ms")
-	b.ReportMetric(s[len(s)-1], "max-ms")
+	return s
+}
+
+// nearestRank is the p-quantile of sorted by the nearest-rank method.
+func nearestRank(sorted []float64, p float64) float64 {
+	return sorted[int(math.Ceil(p*float64(len(sorted))))-1]
 }
 
 // clusterRequests counts the provider's requests to clusters by method.
@@ -198,3 +213,86 @@ func (c *clusterRequests) snapshot() map[string]int {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// benchOIDCRequests is how many OIDC AccessRequests BenchmarkOIDCGrant creates.
+const benchOIDCRequests = 20
+
+// BenchmarkOIDCGrant measures OIDC AccessRequest create → Granted and create → first JWT the
+// cluster accepts, one request at a time, against one Ready local cluster and a test identity
+// provider. Every request has a client ID of its own on the same issuer, so every grant changes
+// the cluster's authentication configuration and its API server reloads it. The first accepted
+// JWT is found by presenting a fresh token (a SelfSubjectReview) every 20 ms from the Create call
+// on: a measurement, not a synchronisation.
+//
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkOIDCGrant -benchtime 1x ./controllers/accessrequest/
+func BenchmarkOIDCGrant(b *testing.B) {
+	operator.Start(b, env, operator.Options{ProviderName: testProvider, Labeller: true})
+	provider := idp.Start(b)
+	ns := env.Namespace(b)
+	pc := &providersv1alpha1.ProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-oidc-"},
+		Spec:       providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal, OIDC: &providersv1alpha1.OIDCSettings{IssuerCABundle: provider.CAPEM}},
+	}
+	require.NoError(b, env.Client.Create(b.Context(), pc))
+	cl := newCluster(b, ns, "bench-oidc", "default."+testProvider+"."+pc.Name)
+	waitClusterReady(b, cl)
+
+	var granted, accepted []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		for j := range benchOIDCRequests {
+			name, clientID := fmt.Sprintf("oidc-%d-%d", i, j), fmt.Sprintf("client-%d-%d", i, j)
+			g, a := grantOIDCOnce(b, provider, ns, cl.Name, name, clientID)
+			granted, accepted = append(granted, g), append(accepted, a)
+		}
+	}
+	b.StopTimer()
+	reportQuantilesAs(b, granted, "granted")
+	reportQuantilesAs(b, accepted, "jwt")
+}
+
+// grantOIDCOnce creates one OIDC request and returns the times from its Create call until it is
+// Granted and until the cluster accepts a JWT for its client ID.
+func grantOIDCOnce(b *testing.B, provider *idp.IdP, ns, cluster, name, clientID string) (time.Duration, time.Duration) {
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: clustersv1alpha1.AccessRequestSpec{ClusterRef: &common.ObjectReference{Name: cluster}, OIDC: &clustersv1alpha1.OIDCConfig{
+			OIDCProviderConfig: common.OIDCProviderConfig{Name: "idp", Issuer: provider.Issuer, ClientID: clientID},
+		}},
+	}
+	token := provider.Token(b, clientID, "someone", nil)
+	var host string
+	var ca []byte
+	start := time.Now()
+	require.NoError(b, env.Client.Create(b.Context(), ar))
+	var grantedAt, acceptedAt time.Duration
+	deadline := time.Now().Add(within)
+	for (grantedAt == 0 || acceptedAt == 0) && time.Now().Before(deadline) {
+		if grantedAt == 0 {
+			got := &clustersv1alpha1.AccessRequest{}
+			if env.Client.Get(b.Context(), client.ObjectKeyFromObject(ar), got) == nil && got.Status.Phase == common.PhaseGranted {
+				grantedAt = time.Since(start)
+				s := secretOf(b, got)
+				host, ca = string(s.Data[clustersv1alpha1.SecretKeyHost]), s.Data[clustersv1alpha1.SecretKeyCACert]
+			}
+		}
+		if acceptedAt == 0 && host != "" {
+			cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: host, BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+			if _, err := cs.AuthenticationV1().SelfSubjectReviews().Create(b.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
+				acceptedAt = time.Since(start)
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // the measurement's resolution
+	}
+	require.NotZero(b, grantedAt, "%s was not Granted within %s", name, within)
+	require.NotZero(b, acceptedAt, "the cluster did not accept a JWT for %s within %s", clientID, within)
+	return grantedAt, acceptedAt
+}
+
+// reportQuantilesAs reports p50, p99 and the maximum of ds in milliseconds, named after what.
+func reportQuantilesAs(b *testing.B, ds []time.Duration, what string) {
+	s := sortedMillis(ds)
+	b.ReportMetric(nearestRank(s, 0.50), what+"-p50-ms")
+	b.ReportMetric(nearestRank(s, 0.99), what+"-p99-ms")
+	b.ReportMetric(s[len(s)-1], what+"-max-ms")
+}

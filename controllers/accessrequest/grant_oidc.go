@@ -56,7 +56,7 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 	if rejected != nil {
 		return r.grantFailed(ctx, ar, g.base, rejected)
 	}
-	t, err := r.target(g)
+	t, err := r.target(g.cfg)
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)
 	}

@@ -21,7 +21,7 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 		res.RequeueAfter = rotateAt(created, expires).Sub(g.now)
 		return res, err
 	}
-	t, err := r.target(g)
+	t, err := r.target(g.cfg)
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)
 	}

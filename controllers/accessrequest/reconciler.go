@@ -173,9 +173,9 @@ type grant struct {
 	granted bool
 }
 
-// target is a client of the cluster as the provider's admin.
-func (r *Reconciler) target(g *grant) (target, error) {
-	cfg := rest.CopyConfig(g.cfg)
+// target is a client of the cluster that admin reaches, as the provider's admin.
+func (r *Reconciler) target(admin *rest.Config) (target, error) {
+	cfg := rest.CopyConfig(admin)
 	cfg.WrapTransport = r.Options.WrapTransport
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -214,12 +214,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 		if err != nil {
 			return reconcile.Result{}, fmt.Errorf("reaching the cluster to revoke the access: %w", err)
 		}
-		cfg.WrapTransport = r.Options.WrapTransport
-		cs, err := kubernetes.NewForConfig(cfg)
+		t, err := r.target(cfg)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		if err := (target{cs: cs}).revoke(ctx, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)); err != nil {
+		if err := t.revoke(ctx, RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)); err != nil {
 			return reconcile.Result{}, fmt.Errorf("revoking the access: %w", err)
 		}
 		if ar.Spec.OIDC != nil {

@@ -74,3 +74,25 @@ func fromYAML[T runtime.Object](t *testing.T, manifest string, into T) T {
 	require.NoError(t, yaml.UnmarshalStrict([]byte(manifest), into))
 	return into
 }
+
+// TestSamplesAreAccepted dry-runs every manifest in deploy/samples (and its subfolders) against
+// the API server with the project's CRDs: the admission rules accept it and prune nothing.
+func TestSamplesAreAccepted(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "samples", "*.yaml"))
+	require.NoError(t, err)
+	more, err := filepath.Glob(filepath.Join("..", "..", "deploy", "samples", "*", "*.yaml"))
+	require.NoError(t, err)
+	files = append(files, more...)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		t.Run(filepath.Base(filepath.Dir(f))+"/"+filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			want := &unstructured.Unstructured{}
+			require.NoError(t, yaml.Unmarshal(data, &want.Object))
+			got := want.DeepCopy()
+			require.NoError(t, env.Client.Create(context.Background(), got, client.DryRunAll))
+			assert.Equal(t, want.Object["spec"], got.Object["spec"], "the server changed or pruned the spec")
+		})
+	}
+}
