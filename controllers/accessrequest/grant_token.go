@@ -25,14 +25,14 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)
 	}
-	plan := planToken(ar, g.id, r.Options.Namespace)
+	pl := planToken(ar, g.id, r.Options.Namespace)
 	if !g.granted {
-		if err := t.grant(ctx, plan, g.fresh); err != nil {
+		if err := t.grant(ctx, pl, g.fresh); err != nil {
 			return r.grantFailed(ctx, ar, g.base, err)
 		}
 	}
 	a := tokenAccess{Host: g.cfg.Host, CA: g.cfg.CAData, Created: g.now}
-	token, exp, err := t.token(ctx, plan.serviceAccount, tokenValidity(g.now, r.Options.TokenValidity, ttlEnd(ar)))
+	token, exp, err := t.token(ctx, pl.serviceAccount, tokenValidity(g.now, r.Options.TokenValidity, ttlEnd(ar)))
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)
 	}
@@ -49,7 +49,7 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 	}
 	switch {
 	case !g.granted:
-		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", plan.serviceAccount.Namespace+"/"+plan.serviceAccount.Name, "expires", a.Expires)
+		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", pl.serviceAccount.Namespace+"/"+pl.serviceAccount.Name, "expires", a.Expires)
 	case valid:
 		log.FromContext(ctx).Info("Rotated the token", "expires", a.Expires)
 		r.Event(ar, corev1.EventTypeNormal, "TokenRotated", "Rotate", "A new token valid until %s replaced the old one in Secret %s", a.Expires.UTC().Format(time.RFC3339), SecretName(ar.Name))

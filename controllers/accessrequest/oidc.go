@@ -195,23 +195,14 @@ func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha
 
 // planOIDC builds the RBAC of ar's spec.oidc: its roles, and its role bindings with the User and
 // Group subjects prefixed as the cluster maps them (ServiceAccount subjects are not).
-func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, id string) tokenPlan {
-	p := tokenPlan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
+func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, id string) plan {
+	p := plan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
 	for i, role := range ar.Spec.OIDC.Roles {
 		name := role.Name
 		if name == "" {
 			name = fmt.Sprintf("openmcp:oidc-role:%s:%d", id, i)
 		}
-		if role.Namespace == "" {
-			r := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: role.Rules}
-			p.add(r, &r.ObjectMeta, role.Name != "")
-			continue
-		}
-		if !role.DisableAutomaticNamespaceCreation && !slices.Contains(p.namespaces, role.Namespace) {
-			p.namespaces = append(p.namespaces, role.Namespace)
-		}
-		r := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, role.Namespace), Rules: role.Rules}
-		p.add(r, &r.ObjectMeta, role.Name != "")
+		p.role(name, role, role.Name != "")
 	}
 	for i, rb := range c.RoleBindings {
 		subjects := make([]rbacv1.Subject, len(rb.Subjects))
@@ -225,15 +216,7 @@ func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, i
 			}
 		}
 		for j, ref := range rb.RoleRefs {
-			name := fmt.Sprintf("openmcp:oidc:%s:%d:%d", id, i, j)
-			roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}
-			if ref.Namespace == "" {
-				b := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
-				p.add(b, &b.ObjectMeta, false)
-				continue
-			}
-			b := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, ref.Namespace), Subjects: subjects, RoleRef: roleRef}
-			p.add(b, &b.ObjectMeta, false)
+			p.bind(fmt.Sprintf("openmcp:oidc:%s:%d:%d", id, i, j), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
 		}
 	}
 	return p

@@ -26,12 +26,12 @@ type target struct {
 	cs kubernetes.Interface
 }
 
-// grant makes the cluster hold exactly what plan asks for: the access namespace and the
+// grant makes the cluster hold exactly what p asks for: the access namespace and the
 // ServiceAccount (token plans), the permissions' namespaces and the (Cluster)Roles and bindings, each written
 // with one server-side apply. Unless fresh (nothing was ever made for this request), objects of
-// the request that plan no longer asks for are deleted. Errors the user must fix carry a reason.
-func (t target) grant(ctx context.Context, plan tokenPlan, fresh bool) error {
-	if sa := plan.serviceAccount; sa != nil {
+// the request that p no longer asks for are deleted. Errors the user must fix carry a reason.
+func (t target) grant(ctx context.Context, p plan, fresh bool) error {
+	if sa := p.serviceAccount; sa != nil {
 		if err := t.ensureNamespace(ctx, sa.Namespace); err != nil {
 			return err
 		}
@@ -39,14 +39,14 @@ func (t target) grant(ctx context.Context, plan tokenPlan, fresh bool) error {
 			return fmt.Errorf("applying ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
 		}
 	}
-	for _, ns := range plan.namespaces {
+	for _, ns := range p.namespaces {
 		if err := t.ensureNamespace(ctx, ns); err != nil {
 			return err
 		}
 	}
-	for _, o := range plan.objects {
+	for _, o := range p.objects {
 		if o.userNamed {
-			if err := t.checkName(ctx, plan.id, kindOf(o.obj), o.meta.Namespace, o.meta.Name); err != nil {
+			if err := t.checkName(ctx, p.id, kindOf(o.obj), o.meta.Namespace, o.meta.Name); err != nil {
 				return err
 			}
 		}
@@ -57,7 +57,7 @@ func (t target) grant(ctx context.Context, plan tokenPlan, fresh bool) error {
 	if fresh {
 		return nil
 	}
-	return t.prune(ctx, plan.id, plan.wants)
+	return t.prune(ctx, p.id, p.wants)
 }
 
 // revoke deletes everything made for the request with id; the ServiceAccount's deletion

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,8 +43,8 @@ func RequestID(environment, provider, namespace, name string) string {
 	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }
 
-// tokenPlan is what a token request asks for in the cluster.
-type tokenPlan struct {
+// plan is what a request asks for in the cluster: the objects, labelled with its RequestID.
+type plan struct {
 	// id is the RequestID.
 	id string
 	// labels go on every object.
@@ -67,62 +68,69 @@ type rbacObject struct {
 }
 
 // planToken builds the plan of ar's spec.token for the ServiceAccount in accessNamespace.
-func planToken(ar *clustersv1alpha1.AccessRequest, id, accessNamespace string) tokenPlan {
-	p := tokenPlan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
+func planToken(ar *clustersv1alpha1.AccessRequest, id, accessNamespace string) plan {
+	p := plan{id: id, labels: requestLabels(ar, id), annotations: map[string]string{AnnotationRequestName: ar.Namespace + "/" + ar.Name}}
 	p.serviceAccount = &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 		ObjectMeta: p.meta("ar-"+id, accessNamespace),
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: p.serviceAccount.Name, Namespace: accessNamespace}}
-	seen := map[string]bool{}
 	tok := ar.Spec.Token
 	for i, perm := range tok.Permissions {
 		name := perm.Name
 		if name == "" {
 			name = fmt.Sprintf("openmcp:permission:%s:%d", id, i)
 		}
-		if perm.Namespace == "" {
-			role := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: perm.Rules}
-			p.add(role, &role.ObjectMeta, perm.Name != "")
-			binding := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}
-			p.add(binding, &binding.ObjectMeta, perm.Name != "")
-			continue
+		p.role(name, perm, perm.Name != "")
+		kind := "ClusterRole"
+		if perm.Namespace != "" {
+			kind = "Role"
 		}
-		if !perm.DisableAutomaticNamespaceCreation && !seen[perm.Namespace] {
-			seen[perm.Namespace] = true
-			p.namespaces = append(p.namespaces, perm.Namespace)
-		}
-		role := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, perm.Namespace), Rules: perm.Rules}
-		p.add(role, &role.ObjectMeta, perm.Name != "")
-		binding := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, perm.Namespace), Subjects: subjects,
-			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}}
-		p.add(binding, &binding.ObjectMeta, perm.Name != "")
+		p.bind(name, perm.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}, subjects, perm.Name != "")
 	}
 	for i, ref := range tok.RoleRefs {
-		name := fmt.Sprintf("openmcp:roleref:%s:%d", id, i)
-		roleRef := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}
-		if ref.Namespace == "" {
-			binding := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
-			p.add(binding, &binding.ObjectMeta, false)
-			continue
-		}
-		binding := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, ref.Namespace), Subjects: subjects, RoleRef: roleRef}
-		p.add(binding, &binding.ObjectMeta, false)
+		p.bind(fmt.Sprintf("openmcp:roleref:%s:%d", id, i), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
 	}
 	return p
 }
 
-func (p *tokenPlan) add(obj any, m *metav1.ObjectMeta, userNamed bool) {
+// role adds the (Cluster)Role named name of perm: a Role in perm's namespace (which is created
+// unless perm opts out), a ClusterRole without one.
+func (p *plan) role(name string, perm clustersv1alpha1.PermissionsRequest, userNamed bool) {
+	if perm.Namespace == "" {
+		r := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: perm.Rules}
+		p.add(r, &r.ObjectMeta, userNamed)
+		return
+	}
+	if !perm.DisableAutomaticNamespaceCreation && !slices.Contains(p.namespaces, perm.Namespace) {
+		p.namespaces = append(p.namespaces, perm.Namespace)
+	}
+	r := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, perm.Namespace), Rules: perm.Rules}
+	p.add(r, &r.ObjectMeta, userNamed)
+}
+
+// bind adds a binding named name of roleRef to subjects: a RoleBinding in namespace, a
+// ClusterRoleBinding without one.
+func (p *plan) bind(name, namespace string, roleRef rbacv1.RoleRef, subjects []rbacv1.Subject, userNamed bool) {
+	if namespace == "" {
+		b := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
+		p.add(b, &b.ObjectMeta, userNamed)
+		return
+	}
+	b := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, namespace), Subjects: subjects, RoleRef: roleRef}
+	p.add(b, &b.ObjectMeta, userNamed)
+}
+
+func (p *plan) add(obj any, m *metav1.ObjectMeta, userNamed bool) {
 	p.objects = append(p.objects, rbacObject{obj: obj, meta: m, userNamed: userNamed})
 }
 
-func (p *tokenPlan) meta(name, namespace string) metav1.ObjectMeta {
+func (p *plan) meta(name, namespace string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: p.labels, Annotations: p.annotations}
 }
 
 // wants reports whether the plan has an object of kind named namespace/name.
-func (p *tokenPlan) wants(kind, namespace, name string) bool {
+func (p *plan) wants(kind, namespace, name string) bool {
 	for _, o := range p.objects {
 		if kindOf(o.obj) == kind && o.meta.Namespace == namespace && o.meta.Name == name {
 			return true
