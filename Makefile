@@ -53,8 +53,12 @@ verify: generate ## gofmt, go vet, and fail if generated files are out of date.
 	  git status --porcelain -- api deploy/crds deploy/rbac; git diff --stat -- api deploy/crds deploy/rbac; exit 1; fi
 
 .PHONY: test
-test: envtest ## Run all tests with the race detector against envtest.
+test: envtest ## Run all tests with the race detector against envtest (deploy-check among them).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: deploy-check
+deploy-check: envtest ## kustomize build every base and overlay of deploy/, server-side dry-run apply against envtest.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestSamples|TestKustomizationListsEveryCRD' -v
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/benchmarks.md).
@@ -73,6 +77,18 @@ run: envtest ## Run the operator locally: a control plane in .run/ (or $KUBECONF
 .PHONY: build
 build: ## Build bin/cluster-provider.
 	go build -o $(BIN)/cluster-provider ./cmd/cluster-provider
+
+IMAGE ?= cluster-provider:dev
+
+.PHONY: image
+image: ## Build the container image $(IMAGE) (needs a Docker engine).
+	@hack/need-docker.sh "make image"
+	docker build --build-arg K8S_VERSION=$(K8S_VERSION) --build-arg ETCD_VERSION=$(ETCD_VERSION) -t $(IMAGE) .
+
+.PHONY: e2e-kind
+e2e-kind: ## Create a kind cluster, load the image, deploy, run the scenario suite (needs a Docker engine).
+	@hack/need-docker.sh "make e2e-kind"
+	IMAGE=$(IMAGE) hack/e2e-kind.sh
 
 ##@ Tools
 

@@ -13,12 +13,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-//go:embed *.yaml
+// crdFiles matches the generated CRDs (<group>_<plural>.yaml), not kustomization.yaml.
+const crdFiles = "*_*.yaml"
+
+//go:embed *_*.yaml
 var files embed.FS
 
 // CRDs returns the embedded CustomResourceDefinitions, sorted by file name.
 func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	names, err := fs.Glob(files, "*.yaml")
+	names, err := fs.Glob(files, crdFiles)
 	if err != nil {
 		return nil, err
 	}
