@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 )
 
 // Backend runs the clusters behind Cluster resources. Every method is safe for concurrent use
@@ -49,6 +50,13 @@ type Authenticator interface {
 	// in it answers discovery: applied reports whether it now runs with jwt. Call again until it
 	// does; a call with the same jwt only checks.
 	SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (applied bool, err error)
+}
+
+// ConfigVersions is implemented by a Backend whose versions depend on the ProviderConfig (kind:
+// its node images). Its Versions are then empty and VersionsFor says what a profile offers.
+type ConfigVersions interface {
+	// VersionsFor returns the versions the Backend runs for pc's Clusters, newest first.
+	VersionsFor(pc *providersv1alpha1.ProviderConfig) []string
 }
 
 // State is what a Backend observes of one cluster.

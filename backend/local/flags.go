@@ -5,6 +5,8 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
 // The service network of every local cluster. There is no kube-proxy or controller-manager, but
@@ -18,11 +20,8 @@ const (
 )
 
 // emptyAuthConfig is the structured authentication configuration a cluster starts with: no JWT
-// issuer. The OIDC access path writes issuers into it; the API server reloads it live.
-const emptyAuthConfig = `apiVersion: apiserver.config.k8s.io/v1
-kind: AuthenticationConfiguration
-jwt: []
-`
+// issuer. The OIDC access path writes issuers into it (SetJWTAuthenticators).
+const emptyAuthConfig = authconfig.Empty
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").
 type Tuning struct {

@@ -19,6 +19,8 @@ import (
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
 // Files of a cluster's pki folder. Keys are written 0600, certificates 0644.
@@ -259,26 +261,5 @@ func serial() *big.Int {
 // writeFileAtomic writes data to path through a temporary file in the same folder and a rename,
 // so that a reader (or a crash) never sees a half-written file.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Chmod(perm)
-	}
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-	}
-	return werr
+	return authconfig.WriteFileAtomic(path, data, perm)
 }

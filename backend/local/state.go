@@ -10,16 +10,18 @@ import (
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
 // The layout of a cluster's folder, <state-dir>/<Cluster UID>/. The folder is 0700.
 const (
-	metaFile       = "cluster.json" // meta, written atomically
-	pkiDir         = "pki"          // certificates and keys (pki.go)
-	etcdDataDir    = "etcd"         // etcd's data
-	authConfigFile = "authn.yaml"   // the structured authentication config
-	logDir         = "logs"         // etcd.log, kube-apiserver.log
-	etcdLogFile    = "etcd.log"     //
+	metaFile       = "cluster.json"      // meta, written atomically
+	pkiDir         = "pki"               // certificates and keys (pki.go)
+	etcdDataDir    = "etcd"              // etcd's data
+	authConfigFile = authconfig.FileName // the structured authentication config
+	logDir         = "logs"              // etcd.log, kube-apiserver.log
+	etcdLogFile    = "etcd.log"          //
 	apiLogFile     = "kube-apiserver.log"
 )
 

@@ -62,6 +62,9 @@ type runOptions struct {
 	LocalAdvertiseHost string
 	// LocalMaxClusters is --local-max-clusters. Default 20.
 	LocalMaxClusters int
+	// KindBackend is --kind-backend: run Clusters of kind ProviderConfigs as kind clusters (needs a
+	// Docker engine). Default false.
+	KindBackend bool
 	// AccessNamespace is --access-namespace: the namespace, in every cluster, of the
 	// ServiceAccounts of token AccessRequests. Default openmcp-access.
 	AccessNamespace string
@@ -100,6 +103,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Host (IP or DNS name) in local clusters' endpoints and serving certificates; a non-loopback host makes their API servers listen on every interface.")
 	fs.IntVar(&o.LocalMaxClusters, "local-max-clusters", 20,
 		"How many local clusters may run at once; Clusters beyond get Provisioned=False, reason CapacityExhausted.")
+	fs.BoolVar(&o.KindBackend, "kind-backend", false,
+		"Run the Clusters of kind ProviderConfigs as kind clusters (needs a Docker engine next to the operator); their state goes to <state-dir>/kind.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
 		"Namespace, in every cluster, of the ServiceAccounts of token AccessRequests; created if missing.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,

@@ -105,10 +105,12 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 }
 
 // OfferOf is what the profile of pc offers when be runs its clusters: the wanted versions be
-// serves (every served one when none is wanted). A nil be serves nothing.
+// serves for pc (every served one when none is wanted). A nil be serves nothing.
 func OfferOf(pc *providersv1alpha1.ProviderConfig, be backend.Backend) backend.Offer {
 	var served []string
-	if be != nil {
+	if cv, ok := be.(backend.ConfigVersions); ok {
+		served = cv.VersionsFor(pc)
+	} else if be != nil {
 		served = be.Versions()
 	}
 	return backend.NewOffer(pc.Spec.SupportedVersions, pc.Spec.DefaultVersion, served)

@@ -69,8 +69,14 @@ type OIDCSettings struct {
 // LocalBackendConfig holds settings of the local backend. It has none yet.
 type LocalBackendConfig struct{}
 
-// KindBackendConfig holds settings of the kind backend. It has none yet.
-type KindBackendConfig struct{}
+// KindBackendConfig holds settings of the kind backend.
+type KindBackendConfig struct {
+	// NodeImages are the kind node images by Kubernetes version (1.37.1 →
+	// kindest/node:v1.37.1@sha256:…): the versions the kind backend can run for this profile.
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	NodeImages map[string]string `json:"nodeImages,omitempty"`
+}
 
 // ProviderConfigStatus is the observed state of a ProviderConfig. Phase is Ready, Progressing
 // or Terminating.

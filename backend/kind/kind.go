@@ -1,0 +1,339 @@
+// Package kind is the kind backend: each Cluster is a kind cluster (Kubernetes in a Docker
+// container), made with the sigs.k8s.io/kind library. It needs a Docker engine next to the
+// operator.
+//
+// A Cluster's kind cluster is named after its UID, so a re-created Cluster of the same name never
+// sees old data. The node image comes from the ProviderConfig (spec.kind.nodeImages, version →
+// image). Creation takes tens of seconds: Ensure starts it in the background, reports Starting,
+// and notifies when it is done. The control-plane node mounts a folder of the operator's state
+// directory that holds the structured authentication configuration, so OIDC access works as on
+// the local backend: SetJWTAuthenticators writes the file there and reads the API server's
+// metric to see when it has loaded it.
+package kind
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+)
+
+// Name is the ProviderConfig spec.backend value of this backend.
+const Name = "kind"
+
+// Provider is the part of the kind library's *cluster.Provider this backend uses; tests give a
+// fake.
+type Provider interface {
+	Create(name string, options ...kindcluster.CreateOption) error
+	Delete(name, explicitKubeconfigPath string) error
+	List() ([]string, error)
+	KubeConfig(name string, internal bool) (string, error)
+}
+
+var _ Provider = &kindcluster.Provider{}
+
+// Options configure a Backend. Zero values take the defaults named.
+type Options struct {
+	// Provider makes kind clusters. Default: the kind library's, with Docker.
+	Provider Provider
+	// StateDir holds a folder per Cluster (its authentication configuration). Required.
+	StateDir string
+	// NodeImage returns the node image of version for cl, from its ProviderConfig. Required.
+	NodeImage func(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (string, error)
+	// Notify is told when a cluster's creation ends. Optional.
+	Notify backend.Notify
+	// CreateTimeout bounds one creation. Default 5 minutes.
+	CreateTimeout time.Duration
+	// Probe checks that the API server behind cfg serves. Default: GET /readyz.
+	Probe func(ctx context.Context, cfg *rest.Config) error
+	// Logger logs creations and deletions. Default: discard.
+	Logger logr.Logger
+}
+
+// Backend runs a kind cluster per Cluster.
+type Backend struct {
+	opts Options
+
+	mu       sync.Mutex
+	creating map[types.UID]bool
+	failed   map[types.UID]error
+}
+
+var (
+	_ backend.Backend        = &Backend{}
+	_ backend.Authenticator  = &Backend{}
+	_ backend.ConfigVersions = &Backend{}
+)
+
+// New checks opts and returns a Backend.
+func New(opts Options) (*Backend, error) {
+	switch {
+	case opts.StateDir == "":
+		return nil, errors.New("kind backend: --state-dir is empty")
+	case opts.NodeImage == nil:
+		return nil, errors.New("kind backend: Options.NodeImage is nil")
+	}
+	if opts.Provider == nil {
+		opts.Provider = kindcluster.NewProvider(kindcluster.ProviderWithDocker())
+	}
+	if opts.CreateTimeout <= 0 {
+		opts.CreateTimeout = 5 * time.Minute
+	}
+	if opts.Probe == nil {
+		opts.Probe = probeReadyz
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	dir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.StateDir = dir
+	return &Backend{opts: opts, creating: map[types.UID]bool{}, failed: map[types.UID]error{}}, nil
+}
+
+// Name returns "kind".
+func (b *Backend) Name() string { return Name }
+
+// Versions is empty: a kind backend runs the versions each ProviderConfig has node images for
+// (VersionsFor).
+func (b *Backend) Versions() []string { return nil }
+
+// VersionsFor returns the versions pc has node images for, newest first.
+func (b *Backend) VersionsFor(pc *providersv1alpha1.ProviderConfig) []string {
+	if pc.Spec.Kind == nil {
+		return nil
+	}
+	var vs []string
+	for v := range pc.Spec.Kind.NodeImages {
+		vs = append(vs, backend.Normalize(v))
+	}
+	backend.SortNewestFirst(vs)
+	return vs
+}
+
+// ClusterName is the kind cluster of the Cluster with uid: "cp-" and the UID's first 20 hex
+// digits (kind names its node containers after it, so it stays short).
+func ClusterName(uid types.UID) string {
+	s := strings.ReplaceAll(string(uid), "-", "")
+	if len(s) > 20 {
+		s = s[:20]
+	}
+	return "cp-" + strings.ToLower(s)
+}
+
+// Ensure starts the creation of cl's kind cluster if it does not exist, and returns what it
+// observes. It never waits for a creation.
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+	name := ClusterName(cl.UID)
+	b.mu.Lock()
+	creating, failed := b.creating[cl.UID], b.failed[cl.UID]
+	b.mu.Unlock()
+	if creating {
+		return backend.State{Reason: backend.ReasonStarting, RetryAfter: 10 * time.Second,
+			Message: fmt.Sprintf("kind cluster %s is being created (tens of seconds)", name)}, nil
+	}
+	exists, err := b.exists(name)
+	if err != nil {
+		return backend.State{}, err
+	}
+	if !exists {
+		if failed != nil {
+			b.mu.Lock()
+			delete(b.failed, cl.UID)
+			b.mu.Unlock()
+			return backend.State{}, fmt.Errorf("creating kind cluster %s failed: %w; retrying", name, failed)
+		}
+		image, err := b.opts.NodeImage(ctx, cl, version)
+		if err != nil {
+			return backend.State{}, err
+		}
+		if err := b.startCreate(cl, name, image); err != nil {
+			return backend.State{}, err
+		}
+		return backend.State{Reason: backend.ReasonStarting, RetryAfter: 10 * time.Second,
+			Message: fmt.Sprintf("creating kind cluster %s with node image %s", name, image)}, nil
+	}
+	return b.observe(ctx, cl, name)
+}
+
+// observe reads the endpoints and CA of an existing kind cluster and probes its API server.
+func (b *Backend) observe(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (backend.State, error) {
+	external, err := b.restConfig(name, false)
+	if err != nil {
+		return backend.State{}, err
+	}
+	internal, err := b.restConfig(name, true)
+	if err != nil {
+		return backend.State{}, err
+	}
+	s := backend.State{
+		Endpoint:  external.Host,
+		Endpoints: map[string]string{backend.EndpointAPIServerExternal: external.Host, clustersv1alpha1.APIServerEndpointInternal: internal.Host},
+		CABundle:  external.CAData,
+		Info:      fmt.Sprintf("kind %s", name),
+		ProviderStatus: map[string]string{
+			"backend": Name, "kindCluster": name,
+		},
+	}
+	if err := b.opts.Probe(ctx, external); err != nil {
+		s.Reason, s.Message, s.RetryAfter = backend.ReasonStarting, fmt.Sprintf("the API server of kind cluster %s does not serve yet: %v", name, err), 5*time.Second
+		return s, nil
+	}
+	s.Ready, s.Reason, s.Message = true, backend.ReasonRunning, fmt.Sprintf("kind cluster %s serves on %s", name, external.Host)
+	return s, nil
+}
+
+func (b *Backend) exists(name string) (bool, error) {
+	names, err := b.opts.Provider.List()
+	if err != nil {
+		return false, fmt.Errorf("listing kind clusters: %w", err)
+	}
+	return slices.Contains(names, name), nil
+}
+
+// startCreate writes the cluster's authentication configuration and creates the kind cluster in
+// the background; when it ends, Notify is told.
+func (b *Backend) startCreate(cl *clustersv1alpha1.Cluster, name, image string) error {
+	authDir := b.authDir(cl.UID)
+	if err := os.MkdirAll(authDir, 0o700); err != nil {
+		return err
+	}
+	path := filepath.Join(authDir, authconfig.FileName)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		if err := authconfig.WriteFile(path, nil); err != nil {
+			return err
+		}
+	}
+	b.mu.Lock()
+	b.creating[cl.UID] = true
+	b.mu.Unlock()
+	ref := backend.RefOf(cl)
+	go func() {
+		log := b.opts.Logger.WithValues("cluster", ref.String(), "kindCluster", name, "image", image)
+		log.Info("Creating a kind cluster")
+		err := b.opts.Provider.Create(name,
+			kindcluster.CreateWithV1Alpha4Config(clusterConfig(authDir)),
+			kindcluster.CreateWithNodeImage(image),
+			kindcluster.CreateWithWaitForReady(b.opts.CreateTimeout),
+			kindcluster.CreateWithKubeconfigPath(filepath.Join(b.opts.StateDir, string(cl.UID), "kubeconfig")),
+			kindcluster.CreateWithDisplayUsage(false), kindcluster.CreateWithDisplaySalutation(false))
+		b.mu.Lock()
+		delete(b.creating, cl.UID)
+		if err != nil {
+			b.failed[cl.UID] = err
+		}
+		b.mu.Unlock()
+		if err != nil {
+			log.Error(err, "Creating the kind cluster failed")
+		} else {
+			log.Info("Created the kind cluster")
+		}
+		if b.opts.Notify != nil {
+			b.opts.Notify(ref)
+		}
+	}()
+	return nil
+}
+
+// Delete deletes cl's kind cluster and its folder.
+func (b *Backend) Delete(_ context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
+	b.mu.Lock()
+	creating := b.creating[cl.UID]
+	b.mu.Unlock()
+	if creating {
+		return false, nil // deleted once the creation has ended
+	}
+	name := ClusterName(cl.UID)
+	if err := b.opts.Provider.Delete(name, filepath.Join(b.opts.StateDir, string(cl.UID), "kubeconfig")); err != nil {
+		return false, fmt.Errorf("deleting kind cluster %s: %w", name, err)
+	}
+	if err := os.RemoveAll(filepath.Join(b.opts.StateDir, string(cl.UID))); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// AdminConfig returns the kind cluster's admin rest.Config (external endpoint).
+func (b *Backend) AdminConfig(_ context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	return b.restConfig(ClusterName(cl.UID), false)
+}
+
+// SetJWTAuthenticators writes jwt into the authentication configuration the control-plane node
+// mounts, and reports whether its API server runs with it.
+func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
+	data, err := authconfig.Render(jwt)
+	if err != nil {
+		return false, err
+	}
+	path := filepath.Join(b.authDir(cl.UID), authconfig.FileName)
+	if _, err := authconfig.WriteIfChanged(path, data); err != nil {
+		return false, err
+	}
+	cfg, err := b.restConfig(ClusterName(cl.UID), false)
+	if err != nil {
+		return false, err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false, err
+	}
+	return authconfig.Applied(ctx, hc, cfg.Host, data)
+}
+
+func (b *Backend) authDir(uid types.UID) string {
+	return filepath.Join(b.opts.StateDir, string(uid), "authn")
+}
+
+func (b *Backend) restConfig(name string, internal bool) (*rest.Config, error) {
+	kubeconfig, err := b.opts.Provider.KubeConfig(name, internal)
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig of kind cluster %s: %w", name, err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kubeconfig))
+	if err != nil {
+		return nil, fmt.Errorf("the kubeconfig of kind cluster %s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+func probeReadyz(ctx context.Context, cfg *rest.Config) error {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s", resp.Status)
+	}
+	return nil
+}

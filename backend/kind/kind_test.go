@@ -1,0 +1,243 @@
+package kind
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/yaml"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+)
+
+// fakeProvider is a kind provider whose Create blocks until release is closed, and whose clusters
+// are names in a list.
+type fakeProvider struct {
+	mu       sync.Mutex
+	clusters []string
+	creates  []string
+	deletes  []string
+	release  chan struct{}
+	failWith error
+}
+
+func (f *fakeProvider) Create(name string, _ ...kindcluster.CreateOption) error {
+	f.mu.Lock()
+	f.creates = append(f.creates, name)
+	f.mu.Unlock()
+	<-f.release
+	if f.failWith != nil {
+		return f.failWith
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clusters = append(f.clusters, name)
+	return nil
+}
+
+func (f *fakeProvider) Delete(name, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes = append(f.deletes, name)
+	f.clusters = slices.DeleteFunc(f.clusters, func(n string) bool { return n == name })
+	return nil
+}
+
+func (f *fakeProvider) List() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.clusters), nil
+}
+
+// KubeConfig returns a kubeconfig whose server says which endpoint was asked for.
+func (f *fakeProvider) KubeConfig(name string, internal bool) (string, error) {
+	server := "https://127.0.0.1:40001"
+	if internal {
+		server = "https://" + name + "-control-plane:6443"
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[name] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: []byte("CA")}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: "admin"}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	cfg.CurrentContext = name
+	data, err := clientcmd.Write(*cfg)
+	return string(data), err
+}
+
+func newTestBackend(t *testing.T, f *fakeProvider, notified chan backend.Ref) *Backend {
+	t.Helper()
+	b, err := New(Options{
+		Provider: f,
+		StateDir: t.TempDir(),
+		NodeImage: func(_ context.Context, _ *clustersv1alpha1.Cluster, version string) (string, error) {
+			if version != "1.37.1" {
+				return "", backend.Errorf(backend.ReasonVersionNotSupported, "no node image for %s", version)
+			}
+			return "kindest/node:v1.37.1", nil
+		},
+		Notify: func(r backend.Ref) { notified <- r },
+		Probe:  func(context.Context, *rest.Config) error { return nil },
+	})
+	require.NoError(t, err)
+	return b
+}
+
+func testCluster(uid string) *clustersv1alpha1.Cluster {
+	return &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: types.UID(uid)}, Spec: clustersv1alpha1.ClusterSpec{Profile: "p"}}
+}
+
+func TestEnsureCreatesInTheBackground(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{})}
+	notified := make(chan backend.Ref, 1)
+	b := newTestBackend(t, f, notified)
+	cl := testCluster("6cf1de0f-cdb4-40a6-98fe-d10ad1730762")
+	ctx := t.Context()
+
+	s, err := b.Ensure(ctx, cl, "1.37.1")
+	require.NoError(t, err, "Ensure returns while kind creates")
+	assert.False(t, s.Ready)
+	assert.Equal(t, backend.ReasonStarting, s.Reason)
+	assert.NotZero(t, s.RetryAfter)
+	s, err = b.Ensure(ctx, cl, "1.37.1")
+	require.NoError(t, err)
+	assert.Equal(t, backend.ReasonStarting, s.Reason)
+	gone, err := b.Delete(ctx, cl)
+	require.NoError(t, err)
+	assert.False(t, gone, "a cluster being created is deleted once its creation ended")
+
+	close(f.release)
+	select {
+	case r := <-notified:
+		assert.Equal(t, backend.RefOf(cl), r)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification when the creation ended")
+	}
+	assert.Equal(t, []string{"cp-6cf1de0fcdb440a698fe"}, f.creates, "one creation, named after the UID")
+
+	s, err = b.Ensure(ctx, cl, "1.37.1")
+	require.NoError(t, err)
+	assert.True(t, s.Ready, s.Message)
+	assert.Equal(t, "https://127.0.0.1:40001", s.Endpoint)
+	assert.Equal(t, map[string]string{
+		backend.EndpointAPIServerExternal:          "https://127.0.0.1:40001",
+		clustersv1alpha1.APIServerEndpointInternal: "https://cp-6cf1de0fcdb440a698fe-control-plane:6443",
+	}, s.Endpoints)
+	assert.Equal(t, []byte("CA"), s.CABundle)
+	cfg, err := b.AdminConfig(ctx, cl)
+	require.NoError(t, err)
+	assert.Equal(t, "admin", cfg.BearerToken)
+	authFile := filepath.Join(b.opts.StateDir, string(cl.UID), "authn", authconfig.FileName)
+	data, err := os.ReadFile(authFile)
+	require.NoError(t, err)
+	assert.Equal(t, authconfig.Empty, string(data), "the control plane starts with an empty authentication configuration")
+
+	gone, err = b.Delete(ctx, cl)
+	require.NoError(t, err)
+	assert.True(t, gone)
+	assert.Equal(t, []string{"cp-6cf1de0fcdb440a698fe"}, f.deletes)
+	assert.NoDirExists(t, filepath.Join(b.opts.StateDir, string(cl.UID)))
+}
+
+func TestEnsureReportsAFailedCreation(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{}), failWith: errors.New("docker: no space left")}
+	close(f.release)
+	notified := make(chan backend.Ref, 2)
+	b := newTestBackend(t, f, notified)
+	cl := testCluster("u1")
+	_, err := b.Ensure(t.Context(), cl, "1.37.1")
+	require.NoError(t, err)
+	<-notified
+	_, err = b.Ensure(t.Context(), cl, "1.37.1")
+	assert.ErrorContains(t, err, "docker: no space left", "the failure is reported once")
+	_, err = b.Ensure(t.Context(), cl, "1.37.1")
+	require.NoError(t, err, "then retried")
+	<-notified
+	assert.Len(t, f.creates, 2)
+}
+
+func TestEnsureUnservedVersion(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{})}
+	b := newTestBackend(t, f, make(chan backend.Ref, 1))
+	_, err := b.Ensure(t.Context(), testCluster("u2"), "1.20.0")
+	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported), "%v", err)
+	assert.Empty(t, f.creates)
+}
+
+func TestVersionsFor(t *testing.T) {
+	b := newTestBackend(t, &fakeProvider{}, make(chan backend.Ref))
+	pc := &providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{Kind: &providersv1alpha1.KindBackendConfig{
+		NodeImages: map[string]string{"1.36.3": "a", "v1.37.1": "b"},
+	}}}
+	assert.Equal(t, []string{"1.37.1", "1.36.3"}, b.VersionsFor(pc))
+	assert.Empty(t, b.VersionsFor(&providersv1alpha1.ProviderConfig{}))
+}
+
+func TestClusterConfig(t *testing.T) {
+	cfg := clusterConfig("/state/uid/authn")
+	data, err := yaml.Marshal(cfg)
+	require.NoError(t, err)
+	require.Len(t, cfg.Nodes, 1)
+	assert.Equal(t, "/state/uid/authn", cfg.Nodes[0].ExtraMounts[0].HostPath)
+	assert.Equal(t, authMountPath, cfg.Nodes[0].ExtraMounts[0].ContainerPath)
+	for _, patch := range cfg.KubeadmConfigPatches {
+		var p map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(patch), &p), patch)
+		assert.Equal(t, "ClusterConfiguration", p["kind"])
+		assert.Contains(t, patch, authMountPath+"/"+authconfig.FileName)
+	}
+	assert.Contains(t, string(data), "kubeadmConfigPatches")
+}
+
+func TestClusterName(t *testing.T) {
+	assert.Equal(t, "cp-6cf1de0fcdb440a698fe", ClusterName("6cf1de0f-cdb4-40a6-98fe-d10ad1730762"))
+	assert.Equal(t, "cp-abc", ClusterName("ABC"))
+}
+
+// TestRealKind creates and deletes a real kind cluster; it runs only where a Docker engine
+// answers.
+func TestRealKind(t *testing.T) {
+	if os.Getenv("KIND_NODE_IMAGE") == "" {
+		t.Skip("KIND_NODE_IMAGE is not set: the real kind path runs with make e2e-kind, which sets it")
+	}
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		t.Skipf("no Docker engine answers (docker info: %v): the real kind path cannot run here", err)
+	}
+	notified := make(chan backend.Ref, 1)
+	b, err := New(Options{
+		StateDir: t.TempDir(),
+		NodeImage: func(context.Context, *clustersv1alpha1.Cluster, string) (string, error) {
+			return os.Getenv("KIND_NODE_IMAGE"), nil
+		},
+		Notify: func(r backend.Ref) { notified <- r },
+	})
+	require.NoError(t, err)
+	cl := testCluster(string(types.UID("real-" + time.Now().Format("150405"))))
+	t.Cleanup(func() { _, _ = b.Delete(context.Background(), cl) })
+	_, err = b.Ensure(t.Context(), cl, "")
+	require.NoError(t, err)
+	select {
+	case <-notified:
+	case <-time.After(6 * time.Minute):
+		t.Fatal("kind did not finish")
+	}
+	s, err := b.Ensure(t.Context(), cl, "")
+	require.NoError(t, err)
+	assert.True(t, s.Ready, s.Message)
+}
