@@ -8,5 +8,7 @@
 // again; the reconcilers turn that into status. The reconcilers never know which Backend runs.
 //
 // Implementations: backend/local (a kube-apiserver and etcd per Cluster, processes of the
-// operator). The profile builder picks one by the ProviderConfig's spec.backend through Registry.
+// operator) and backend/kind (a kind cluster per Cluster, with a Docker engine). Both implement
+// Authenticator through backend/authconfig, so OIDC access works on either. The profile builder
+// picks one by the ProviderConfig's spec.backend through Registry.
 package backend

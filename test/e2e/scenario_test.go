@@ -1,0 +1,93 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/openmcp-local/cluster-provider/test/scenario"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// TestScenario runs the scenario suite against the binary, run as a process against envtest with
+// the local backend, as the user the generated ClusterRole binds.
+func TestScenario(t *testing.T) {
+	bin := buildBinary(t)
+	kubeconfig := writeKubeconfig(t, operatorUser(t))
+	probes := "127.0.0.1:" + freePort(t)
+	op := start(t, bin, "run", "--provider-name", "e2es", "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
+		"--local-binaries", assetsDir(t), "--state-dir", t.TempDir())
+	require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
+		readyTimeout, poll, "/readyz never answered 200")
+	scenario.Run(t, scenario.Target{
+		Client: env.Client, ProviderName: "e2es", Environment: "default",
+		ProviderConfig: sampleProviderConfig(t), Within: clusterReadyWithin,
+	})
+	require.False(t, op.exited(), "cluster-provider exited during the scenario")
+}
+
+// TestScenarioOnKind runs the scenario suite against the operator that `make e2e-kind` deployed
+// into a kind cluster (deploy/default); E2E_KIND_KUBECONFIG names that cluster's kubeconfig.
+// The local clusters' endpoints are pod addresses: the suite reaches them through
+// `kubectl port-forward` to the operator's pod, on the same port (their serving certificates name
+// 127.0.0.1).
+func TestScenarioOnKind(t *testing.T) {
+	kubeconfig := os.Getenv("E2E_KIND_KUBECONFIG")
+	if kubeconfig == "" {
+		t.Skip("E2E_KIND_KUBECONFIG is not set: this runs under make e2e-kind, which needs a Docker engine")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	c, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	pc := sampleProviderConfig(t)
+	pc.Spec.SupportedVersions, pc.Spec.DefaultVersion = nil, "" // whatever the image's binaries serve
+	scenario.Run(t, scenario.Target{
+		Client: c, ProviderName: envOr("E2E_PROVIDER_NAME", "local"), Environment: envOr("E2E_ENVIRONMENT", "default"),
+		ProviderConfig: pc, Within: 5 * time.Minute,
+		Reach: func(t *testing.T, endpoint string) string { return portForward(t, kubeconfig, endpoint) },
+	})
+}
+
+// portForward forwards the port of endpoint from the operator's pod to 127.0.0.1 until the test
+// ends, and returns the local URL.
+func portForward(t *testing.T, kubeconfig, endpoint string) string {
+	t.Helper()
+	port, err := scenario.Port(endpoint)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "-n", "cluster-provider-system",
+		"port-forward", "deploy/cluster-provider", port+":"+port)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() { // "Forwarding from 127.0.0.1:<port> -> <port>"
+		if strings.HasPrefix(sc.Text(), "Forwarding from 127.0.0.1:") {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return "https://127.0.0.1:" + port
+		}
+	}
+	t.Fatalf("kubectl port-forward to port %s did not start: %v", port, sc.Err())
+	return ""
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
