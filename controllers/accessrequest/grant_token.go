@@ -49,11 +49,14 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 	}
 	switch {
 	case !g.granted:
+		metricTokens.WithLabelValues("grant").Inc()
 		log.FromContext(ctx).Info("Granted token access", "cluster", clusterKey(ar), "serviceAccount", pl.serviceAccount.Namespace+"/"+pl.serviceAccount.Name, "expires", a.Expires)
 	case valid:
+		metricTokens.WithLabelValues("rotation").Inc()
 		log.FromContext(ctx).Info("Rotated the token", "expires", a.Expires)
 		r.Event(ar, corev1.EventTypeNormal, "TokenRotated", "Rotate", "A new token valid until %s replaced the old one in Secret %s", a.Expires.UTC().Format(time.RFC3339), SecretName(ar.Name))
 	default:
+		metricTokens.WithLabelValues("restore").Inc()
 		r.secretRestored(ctx, ar)
 	}
 	res, err := r.granted(ctx, g, grantedMessage(ar, a.Expires))

@@ -284,6 +284,11 @@ func (r *Reconciler) deny(ctx context.Context, ar, base *clustersv1alpha1.Access
 func (r *Reconciler) writeStatus(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, set func()) (reconcile.Result, error) {
 	set()
 	if ar.Status.Phase != base.Status.Phase {
+		access := "token"
+		if ar.Spec.OIDC != nil {
+			access = "oidc"
+		}
+		metricAnswers.WithLabelValues(access, ar.Status.Phase, grantedCondition(ar).Reason).Inc()
 		switch c := grantedCondition(ar); ar.Status.Phase {
 		case common.PhaseGranted:
 			r.Event(ar, corev1.EventTypeNormal, ReasonGranted, "Grant", "%s", c.Message)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -163,6 +164,7 @@ func TestTokenAccess(t *testing.T) {
 			assert.NotEqual(c, before, string(secretOf(t, ar).Data[clustersv1alpha1.SecretKeyToken]))
 		}, within, poll, "a new token")
 		assert.True(t, env.HasEvent(t, ar.Name, "TokenRotated"))
+		assert.Positive(t, counterValue(t, "cluster_provider_accessrequest_tokens_total", "cause", "rotation"), "the rotation is counted")
 		clock.SetTime(time.Now()) // back to the real time, for the TTL below
 	})
 
@@ -317,4 +319,24 @@ func waitSecretAnnotation(t *testing.T, ar *clustersv1alpha1.AccessRequest, key,
 		err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ar.Namespace, Name: accessrequest.SecretName(ar.Name)}, s)
 		return err == nil && s.Annotations[key] == value
 	}, within, poll)
+}
+
+// counterValue reads a counter of the operator's metrics registry by one label.
+func counterValue(t *testing.T, name, label, value string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
