@@ -36,6 +36,9 @@ const (
 	retryIssuer     = 30 * time.Second
 )
 
+// oidcRecheck is how often a granted OIDC request checks that its issuer still answers discovery.
+const oidcRecheck = 5 * time.Minute
+
 // grantOIDC grants a spec.oidc request: the cluster is made to trust every issuer its OIDC
 // requests ask for (this one among them), the request's roles and bindings are applied, and once
 // the API server runs with the new trust the Secret gets a kubeconfig for kubelogin.
@@ -46,8 +49,13 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 		return r.deny(ctx, ar, g.base, ReasonOIDCNotSupported, fmt.Sprintf("backend %q cannot make its clusters trust OIDC issuers; request spec.token instead", r.BackendName))
 	}
 	c := oidcConfig(ar)
-	if g.granted && intact(g.secret, g.cfg.Host) {
-		return r.granted(ctx, g, oidcGrantedMessage(ar, c))
+	if g.granted && intact(g.secret, g.cfg.Host) && r.discovery().reachable(r.OIDC)(c.Issuer) == nil {
+		// Granted and its issuer still answers; looked at again after oidcRecheck. An issuer
+		// that stopped answering falls through: it leaves the cluster's configuration (which its
+		// API server could not reload otherwise) and the request goes back to Pending.
+		res, err := r.granted(ctx, g, oidcGrantedMessage(ar, c))
+		res.RequeueAfter = oidcRecheck
+		return res, err
 	}
 	applied, rejected, err := r.setTrust(ctx, auth, g.cl, ar)
 	if err != nil {
@@ -83,15 +91,17 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 	} else {
 		log.FromContext(ctx).Info("Granted OIDC access", "cluster", clusterKey(ar), "issuer", c.Issuer, "clientID", c.ClientID)
 	}
-	return r.granted(ctx, g, oidcGrantedMessage(ar, c))
+	res, err := r.granted(ctx, g, oidcGrantedMessage(ar, c))
+	res.RequeueAfter = oidcRecheck
+	return res, err
 }
 
 func oidcGrantedMessage(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig) string {
 	return fmt.Sprintf("Cluster %s trusts issuer %s for client %s; Secret %s holds a kubeconfig for kubectl oidc-login", clusterKey(ar), c.Issuer, c.ClientID, SecretName(ar.Name))
 }
 
-// setTrust makes cl trust the issuers of its OIDC requests (ar, even if the cache does not show it
-// yet, and every other one not being deleted; with deleting set, ar is left out). It returns
+// setTrust makes cl trust the issuers of its OIDC requests: ar (even if the cache does not show
+// it yet) and every other one that is neither being deleted nor Denied. It returns
 // whether the API server runs with them, and why ar itself cannot be trusted, if it cannot.
 func (r *Reconciler) setTrust(ctx context.Context, auth backend.Authenticator, cl *clustersv1alpha1.Cluster, ar *clustersv1alpha1.AccessRequest) (applied bool, rejected error, err error) {
 	list := &clustersv1alpha1.AccessRequestList{}
@@ -104,7 +114,9 @@ func (r *Reconciler) setTrust(ctx context.Context, auth backend.Authenticator, c
 		if o.UID == ar.UID {
 			o = ar
 		}
-		if o.Spec.OIDC != nil && o.DeletionTimestamp.IsZero() && ProfileOf(o, r.ProviderName) == r.Profile {
+		// A request Denied for its current spec is answered: it gets no trust, even if what
+		// denied it went away (fixing its spec re-evaluates it).
+		if o.Spec.OIDC != nil && o.DeletionTimestamp.IsZero() && handles(o) && ProfileOf(o, r.ProviderName) == r.Profile {
 			reqs = append(reqs, o)
 		}
 	}

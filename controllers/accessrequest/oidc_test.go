@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -28,7 +29,8 @@ import (
 // TestOIDCAccess grants OIDC AccessRequests in one real local cluster whose API server is made to
 // trust test identity providers (test/idp); every check presents real signed JWTs to it.
 func TestOIDCAccess(t *testing.T) {
-	operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true})
+	clock := clocktesting.NewFakePassiveClock(time.Now())
+	operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true, Access: accessrequest.Options{Clock: clock}})
 	provider, second := idp.Start(t), idp.Start(t)
 	ns := env.Namespace(t)
 	pc := &providersv1alpha1.ProviderConfig{
@@ -185,6 +187,24 @@ func TestOIDCAccess(t *testing.T) {
 			assert.EqualValues(c, 401, status(whoami(provider.Token(t, "client-b", "dave", nil))))
 		}, within, poll)
 		assert.NoError(t, whoami(second.Token(t, "client-s", "erin", nil)), "the other issuer stays trusted")
+	})
+
+	t.Run("an issuer that stops answering is reported and leaves the configuration", func(t *testing.T) {
+		token := second.Token(t, "client-s", "erin", nil)
+		second.Close()
+		clock.SetTime(clock.Now().Add(2 * time.Minute)) // past what the discovery cache remembers
+		// A Secret event reconciles the granted request, as its periodic recheck would.
+		s := &corev1.Secret{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: accessrequest.SecretName("other")}, s))
+		base := s.DeepCopy()
+		metav1.SetMetaDataAnnotation(&s.ObjectMeta, "test/touch", "1")
+		require.NoError(t, env.Client.Patch(ctx, s, client.MergeFrom(base)))
+		waitRequest(t, client.ObjectKey{Namespace: ns, Name: "other"}, "Pending", func(c *assert.CollectT, ar *clustersv1alpha1.AccessRequest) {
+			hasGranted(c, ar, "Pending", accessrequest.ReasonIssuerUnreachable)
+		})
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.EqualValues(c, 401, status(whoami(token)), "the issuer left the cluster's configuration")
+		}, within, poll)
 	})
 }
 
