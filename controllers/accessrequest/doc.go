@@ -20,4 +20,12 @@
 // Cluster that is not Ready keeps a new request Pending; the engine's Cluster watch brings it
 // back. Errors the user must fix deny the request with a reason and a message; no token,
 // kubeconfig or key is ever logged, put in an Event, a condition or the status.
+//
+// It grants spec.oidc requests by making the cluster trust the issuer: every OIDC request of a
+// cluster that is not Denied or being deleted contributes to one set of jwt entries (trustFor:
+// one per issuer, client IDs merged as audiences, oldest request first, conflicts, unallowed and
+// unreachable issuers left out with their reason), which the backend's Authenticator writes into
+// the cluster's structured authentication configuration. The request is Granted once the API
+// server runs with it; its roles and bindings are applied as for tokens, with User and Group
+// subjects prefixed as the cluster maps them, and its Secret holds a kubeconfig for kubelogin.
 package accessrequest
