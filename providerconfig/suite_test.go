@@ -6,7 +6,6 @@ import (
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
@@ -89,18 +88,7 @@ func startOperator(t *testing.T) *countingEngine {
 		Environment:  testEnvironment,
 	}
 	require.NoError(t, rec.SetupWithManager(mgr))
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Error("the operator did not stop")
-		}
-		<-e.Done()
-	})
+	testenv.RunManager(t, ctx, cancel, mgr, func() { <-e.Done() })
 	<-e.Ready()
 	return counting
 }

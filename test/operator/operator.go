@@ -129,17 +129,7 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 	if o.Labeller {
 		require.NoError(t, (&labeller.Reconciler{}).SetupWithManager(mgr))
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Error("the operator did not stop")
-		}
-	})
+	testenv.RunManager(t, ctx, cancel, mgr)
 	<-e.Ready()
 	return &Operator{Engine: e, Local: lb, Manager: mgr}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
@@ -156,4 +158,30 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// stopWithin bounds how long RunManager's cleanup waits for a manager to stop.
+const stopWithin = time.Minute
+
+// RunManager starts mgr until the test ends, with a context that cancel ends. The cleanup cancels
+// it, waits until Start has returned (failing the test on an error, or if it does not return
+// within a minute), then runs after, in order.
+func RunManager(t testing.TB, ctx context.Context, cancel context.CancelFunc, mgr manager.Manager, after ...func()) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the manager stopped with an error: %v", err)
+			}
+		case <-time.After(stopWithin):
+			t.Error("the manager did not stop")
+		}
+		for _, f := range after {
+			f()
+		}
+	})
 }
