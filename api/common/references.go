@@ -1,5 +1,7 @@
 package common
 
+import "k8s.io/apimachinery/pkg/types"
+
 // LocalObjectReference names an object in the same namespace as the referrer (or a
 // cluster-scoped object).
 type LocalObjectReference struct {
@@ -7,6 +9,14 @@ type LocalObjectReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// Key returns the referenced object's key; an empty namespace means the referrer's.
+func (r ObjectReference) Key(referrerNamespace string) types.NamespacedName {
+	if r.Namespace == "" {
+		return types.NamespacedName{Namespace: referrerNamespace, Name: r.Name}
+	}
+	return types.NamespacedName{Namespace: r.Namespace, Name: r.Name}
 }
 
 // ObjectReference names a namespaced object.

@@ -5,8 +5,6 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-
-	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
 // The service network of every local cluster. There is no kube-proxy or controller-manager, but
@@ -18,10 +16,6 @@ const (
 	// tokens stay valid when the API server's port changes.
 	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 )
-
-// emptyAuthConfig is the structured authentication configuration a cluster starts with: no JWT
-// issuer. The OIDC access path writes issuers into it (SetJWTAuthenticators).
-const emptyAuthConfig = authconfig.Empty
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").
 type Tuning struct {

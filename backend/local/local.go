@@ -17,6 +17,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -255,7 +256,7 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 	}
 	authPath := filepath.Join(dir, authConfigFile)
 	if _, err := os.Stat(authPath); errors.Is(err, os.ErrNotExist) {
-		if err := writeFileAtomic(authPath, []byte(emptyAuthConfig), 0o600); err != nil {
+		if err := authconfig.WriteFile(authPath, nil); err != nil { // no issuer yet
 			return nil, err
 		}
 	}

@@ -67,6 +67,11 @@ func setPhase(ar *clustersv1alpha1.AccessRequest, phase string, status metav1.Co
 	ar.Status.Phase = phase
 }
 
+// grantedForGeneration reports whether ar is Granted for its current spec.
+func grantedForGeneration(ar *clustersv1alpha1.AccessRequest) bool {
+	return ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation
+}
+
 // handles reports whether the provider still has work on a prepared request, following
 // openMCP's rule: a request is the provider's while it is Pending (or has no phase yet) or
 // Granted; a Denied one only once its spec changed since (fixing the spec re-evaluates it). A

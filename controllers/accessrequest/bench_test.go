@@ -186,7 +186,7 @@ type clusterRequests struct {
 }
 
 func (c *clusterRequests) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripper(func(r *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(r *http.Request) (*http.Response, error) {
 		c.mu.Lock()
 		c.byVerb[r.Method]++
 		c.mu.Unlock()
@@ -209,10 +209,6 @@ func (c *clusterRequests) snapshot() map[string]int {
 	}
 	return out
 }
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // benchOIDCRequests is how many OIDC AccessRequests BenchmarkOIDCGrant creates.
 const benchOIDCRequests = 20

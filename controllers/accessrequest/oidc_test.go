@@ -11,6 +11,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -219,10 +220,8 @@ func newOIDCRequest(t *testing.T, ns, name, cluster string, oidc clustersv1alpha
 }
 
 func grantedMessage(ar *clustersv1alpha1.AccessRequest) string {
-	for _, c := range ar.Status.Conditions {
-		if c.Type == accessrequest.ConditionGranted {
-			return c.Message
-		}
+	if c := meta.FindStatusCondition(ar.Status.Conditions, accessrequest.ConditionGranted); c != nil {
+		return c.Message
 	}
 	return ""
 }

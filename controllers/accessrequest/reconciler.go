@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -121,7 +122,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	switch {
 	case cl == nil || !cl.DeletionTimestamp.IsZero():
 		return r.deny(ctx, ar, base, ReasonClusterGone, fmt.Sprintf("Cluster %s does not exist or is being deleted", clusterKey(ar)))
-	case cl.Status.Phase != common.PhaseReady && ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation:
+	case cl.Status.Phase != common.PhaseReady && grantedForGeneration(ar):
 		// A granted access outlives a restart of the cluster's processes; the Cluster watch
 		// brings the request back when the Cluster is Ready again.
 		return reconcile.Result{}, nil
@@ -148,7 +149,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	// reconcile that reads a Secret the informer delivered, but a request from before the status
 	// write, does not grant a second time, and a grant cut off between the two writes is finished
 	// by writing the status.
-	g.granted = !full && (ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation ||
+	g.granted = !full && (grantedForGeneration(ar) ||
 		intact(g.secret, g.cfg.Host) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
 	if ar.Spec.OIDC != nil {
 		return r.grantOIDC(ctx, g)
@@ -302,11 +303,10 @@ func (r *Reconciler) writeStatus(ctx context.Context, ar, base *clustersv1alpha1
 	return reconcile.Result{}, nil
 }
 
+// grantedCondition is ar's Granted condition (the zero condition if it has none).
 func grantedCondition(ar *clustersv1alpha1.AccessRequest) metav1.Condition {
-	for _, c := range ar.Status.Conditions {
-		if c.Type == ConditionGranted {
-			return c
-		}
+	if c := meta.FindStatusCondition(ar.Status.Conditions, ConditionGranted); c != nil {
+		return *c
 	}
 	return metav1.Condition{}
 }
@@ -360,11 +360,7 @@ func ClusterKeyOf(ar *clustersv1alpha1.AccessRequest) client.ObjectKey {
 	if ar.Spec.ClusterRef == nil {
 		return client.ObjectKey{}
 	}
-	ns := ar.Spec.ClusterRef.Namespace
-	if ns == "" {
-		ns = ar.Namespace
-	}
-	return client.ObjectKey{Namespace: ns, Name: ar.Spec.ClusterRef.Name}
+	return ar.Spec.ClusterRef.Key(ar.Namespace)
 }
 
 func clusterKey(ar *clustersv1alpha1.AccessRequest) string { return ClusterKeyOf(ar).String() }

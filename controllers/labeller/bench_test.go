@@ -212,7 +212,7 @@ func newRequestCounter(want int) *requestCounter {
 }
 
 func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
 		verb := verbOf(req)
 		resp, err := rt.RoundTrip(req)
 		c.mu.Lock()
@@ -243,10 +243,6 @@ func (c *requestCounter) snapshot() map[string]int64 {
 	}
 	return out
 }
-
-type roundTripperFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // verbOf names a request as the API server would: GET (one object), LIST, WATCH, PATCH,
 // statusPATCH, or other (discovery, Event writes, ...).

@@ -67,8 +67,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	// spec.ttl applies to every AccessRequest the selector matches, labelled or not.
-	expiry, err := r.expire(ctx, ar)
-	if err != nil || ar.Name == "" {
+	expiry, expired, err := r.expire(ctx, ar)
+	if err != nil || expired {
 		return ctrl.Result{}, err
 	}
 	// Checked before the operation annotation: once both labels are set, even a reconcile
@@ -89,25 +89,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // expire deletes ar once its spec.ttl has passed (openMCP's behaviour; the provider's finalizer
-// then revokes the access) and sets ar to nil. Before that it returns how long is left, so that
-// the request is looked at again then; zero without a TTL.
-func (r *Reconciler) expire(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (time.Duration, error) {
+// then revokes the access) and reports it expired. Before that it returns how long is left, so
+// that the request is looked at again then; zero without a TTL.
+func (r *Reconciler) expire(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (left time.Duration, expired bool, err error) {
 	if ar.Spec.TTL == nil || !r.Selector.Matches(labels.Set(ar.Labels)) {
-		return 0, nil
+		return 0, false, nil
 	}
-	left := time.Until(ar.CreationTimestamp.Add(ar.Spec.TTL.Duration))
-	if left > 0 {
-		return left, nil
+	if left = time.Until(ar.CreationTimestamp.Add(ar.Spec.TTL.Duration)); left > 0 {
+		return left, false, nil
 	}
 	if ar.DeletionTimestamp.IsZero() {
 		if err := r.Client.Delete(ctx, ar, client.Preconditions{UID: &ar.UID}); client.IgnoreNotFound(err) != nil {
-			return 0, fmt.Errorf("deleting the expired AccessRequest: %w", err)
+			return 0, false, fmt.Errorf("deleting the expired AccessRequest: %w", err)
 		}
 		log.FromContext(ctx).Info("Deleted the AccessRequest: its spec.ttl has passed", "ttl", ar.Spec.TTL.Duration)
 		r.Recorder.Eventf(ar, nil, corev1.EventTypeNormal, ReasonExpired, "Delete", "spec.ttl %s has passed; the AccessRequest is deleted", ar.Spec.TTL.Duration)
 	}
-	*ar = clustersv1alpha1.AccessRequest{}
-	return 0, nil
+	return 0, true, nil
 }
 
 // reconcileNormal resolves ar's provider, writes the labels, then reports the outcome in the

@@ -77,9 +77,9 @@ func (r *Reconciler) resolve(ctx context.Context, ar *clustersv1alpha1.AccessReq
 func (r *Reconciler) clusterOf(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (types.NamespacedName, error) {
 	switch {
 	case ar.Spec.ClusterRef != nil:
-		return refKey(*ar.Spec.ClusterRef, ar.Namespace), nil
+		return ar.Spec.ClusterRef.Key(ar.Namespace), nil
 	case ar.Spec.RequestRef != nil:
-		key := refKey(*ar.Spec.RequestRef, ar.Namespace)
+		key := ar.Spec.RequestRef.Key(ar.Namespace)
 		cr := &clustersv1alpha1.ClusterRequest{}
 		if err := r.Client.Get(ctx, key, cr); err != nil {
 			return types.NamespacedName{}, notFound(err, ReasonClusterRequestNotFound, "ClusterRequest %s", key)
@@ -98,7 +98,7 @@ func grantedCluster(cr *clustersv1alpha1.ClusterRequest) (types.NamespacedName, 
 	case cr.Status.Phase != common.PhaseGranted || cr.Status.Cluster == nil:
 		return types.NamespacedName{}, kit.Errorf(ReasonWaitingForClusterRequest, "waiting for ClusterRequest %s to be granted a Cluster (phase %q)", client.ObjectKeyFromObject(cr), cr.Status.Phase)
 	default:
-		return refKey(*cr.Status.Cluster, cr.Namespace), nil
+		return cr.Status.Cluster.Key(cr.Namespace), nil
 	}
 }
 
@@ -115,14 +115,6 @@ func checkLabels(labels map[string]string, t target) error {
 		return kit.Errorf(ReasonLabelConflict, "%s; the AccessRequest is left unchanged: remove the label to have it set", strings.Join(conflicts, "; "))
 	}
 	return nil
-}
-
-// refKey is the object ref names; an empty namespace means the referrer's.
-func refKey(ref common.ObjectReference, referrerNamespace string) types.NamespacedName {
-	if ref.Namespace == "" {
-		return types.NamespacedName{Namespace: referrerNamespace, Name: ref.Name}
-	}
-	return types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}
 }
 
 // notFound turns a NotFound error for the object described by format into a reason error (the

@@ -93,14 +93,14 @@ func registerIndexes(indexer client.FieldIndexer) error {
 			if !lacksLabel(ar) || ar.Spec.ClusterRef != nil || ar.Spec.RequestRef == nil {
 				return nil
 			}
-			return []string{refKey(*ar.Spec.RequestRef, ar.Namespace).String()}
+			return []string{ar.Spec.RequestRef.Key(ar.Namespace).String()}
 		}},
 		{&clustersv1alpha1.AccessRequest{}, indexClusterRef, func(o client.Object) []string {
 			ar := o.(*clustersv1alpha1.AccessRequest)
 			if !lacksLabel(ar) || ar.Spec.ClusterRef == nil {
 				return nil
 			}
-			return []string{refKey(*ar.Spec.ClusterRef, ar.Namespace).String()}
+			return []string{ar.Spec.ClusterRef.Key(ar.Namespace).String()}
 		}},
 		{&clustersv1alpha1.ClusterRequest{}, indexGrantedCluster, func(o client.Object) []string {
 			cluster, err := grantedCluster(o.(*clustersv1alpha1.ClusterRequest))

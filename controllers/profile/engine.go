@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -96,12 +97,11 @@ func Watches(r client.Reader, providerName string) []manager.Watch {
 
 // ownerRequest is the name of the AccessRequest that controls o, or "".
 func ownerRequest(o client.Object) string {
-	for _, ref := range o.GetOwnerReferences() {
-		if ref.Controller != nil && *ref.Controller && ref.Kind == "AccessRequest" && ref.APIVersion == clustersv1alpha1.GroupVersion.String() {
-			return ref.Name
-		}
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "AccessRequest" || ref.APIVersion != clustersv1alpha1.GroupVersion.String() {
+		return ""
 	}
-	return ""
+	return ref.Name
 }
 
 // clusterAvailabilityChanged passes the Cluster events that can change an AccessRequest's answer:

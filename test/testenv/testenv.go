@@ -6,6 +6,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -185,3 +186,10 @@ func RunManager(t testing.TB, ctx context.Context, cancel context.CancelFunc, mg
 		}
 	})
 }
+
+// RoundTripperFunc is an http.RoundTripper made of a function: tests wrap a client's transport
+// with it (rest.Config.WrapTransport) to count or observe the client's requests.
+type RoundTripperFunc func(*http.Request) (*http.Response, error)
+
+// RoundTrip calls f.
+func (f RoundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
