@@ -17,6 +17,7 @@ export GOBIN := $(BIN)
 # and an unchanged one never does.
 ENVTEST_ASSETS := $(BIN)/k8s/$(K8S_VERSION)-etcd$(ETCD_VERSION)
 KUBE_APISERVER := $(ENVTEST_ASSETS)/kube-apiserver
+KUBE_CONTROLLER_MANAGER := $(ENVTEST_ASSETS)/kube-controller-manager
 ETCD           := $(ENVTEST_ASSETS)/etcd
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
@@ -93,11 +94,12 @@ e2e-kind: ## Create a kind cluster, load the image, deploy, run the scenario sui
 ##@ Tools
 
 .PHONY: envtest
-envtest: $(KUBE_APISERVER) $(ETCD) $(ENVTEST_ASSETS)/kubectl ## Build kube-apiserver and etcd for envtest (cached in bin/k8s).
+envtest: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(ETCD) $(ENVTEST_ASSETS)/kubectl ## Build kube-apiserver, kube-controller-manager and etcd (cached in bin/k8s).
 	@echo "KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS)"
 
-$(KUBE_APISERVER):
-	hack/build-envtest.sh kube-apiserver $(K8S_VERSION) $@
+# One `go build` makes both Kubernetes binaries: they share most packages.
+$(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) &:
+	hack/build-envtest.sh kubernetes $(K8S_VERSION) $(ENVTEST_ASSETS)
 
 $(ETCD):
 	hack/build-envtest.sh etcd $(ETCD_VERSION) $@

@@ -81,9 +81,25 @@ type State struct {
 	ProviderStatus any
 	// Restarts counts the restarts of the cluster's processes since it was adopted.
 	Restarts int
+	// ControllerManager is the state of the cluster's kube-controller-manager, for a Backend that
+	// supervises it (local); nil where the Backend does not report it (kind: kubeadm runs it).
+	// The cluster is complete only while it is Ready too.
+	ControllerManager *Part
+	// DataLost, when not empty, says that the cluster was created anew, empty, because its data
+	// disappeared (a lost volume); it stays set for the cluster's life so nobody misses it.
+	DataLost string
 	// RetryAfter, when not zero, is how soon Ensure should be called again even without a
 	// notification: a safety net while the cluster is not Ready.
 	RetryAfter time.Duration
+}
+
+// Part is what a Backend observes of one part of a cluster's control plane besides its API
+// server.
+type Part struct {
+	// Ready is true while the part runs and does its work.
+	Ready bool
+	// Reason and Message say, in CamelCase and in a sentence, why it is not Ready (or that it is).
+	Reason, Message string
 }
 
 // EndpointAPIServerExternal is the name of the API server's endpoint in status.endpoints.

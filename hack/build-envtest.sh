@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Builds one control-plane binary for envtest from the Go module proxy.
+# Builds control-plane binaries from the Go module proxy.
 #
-#   hack/build-envtest.sh kube-apiserver <k8s-version> <out-file>
-#   hack/build-envtest.sh etcd           <etcd-version> <out-file>
+#   hack/build-envtest.sh kube-apiserver          <k8s-version>  <out-file>
+#   hack/build-envtest.sh kube-controller-manager <k8s-version>  <out-file>
+#   hack/build-envtest.sh kubernetes              <k8s-version>  <out-dir>   # both, one go build
+#   hack/build-envtest.sh e2e.test                <k8s-version>  <out-file>  # upstream e2e suite
+#   hack/build-envtest.sh etcd                    <etcd-version> <out-file>
 #
 # Release hosts are unreachable here, so setup-envtest cannot download binaries. Instead a
 # throw-away module requires the upstream module at the pinned version (for Kubernetes, each
 # k8s.io/<staging> module is replaced by its published v0.Y.Z) and builds the command with its
-# version stamped in through -ldflags, so `--version` says what it is. The output is written
-# atomically: an interrupted build leaves no half-written binary behind.
+# version stamped in through -ldflags, so `--version` says what it is. `kubernetes` builds
+# kube-apiserver and kube-controller-manager in ONE `go build`: they share most packages, so the
+# second costs little more than its own linking. Every output is written atomically: an
+# interrupted build leaves no half-written binary behind.
 set -euo pipefail
 
-what=${1:?binary: kube-apiserver or etcd}
+what=${1:?binary: kube-apiserver, kube-controller-manager, kubernetes, e2e.test or etcd}
 version=${2:?version without the leading v}
-out=${3:?output file}
+out=${3:?output file (or folder, for kubernetes)}
+# The build runs in a throw-away folder: a relative output path is the caller's.
+case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -21,8 +28,10 @@ cd "$work"
 export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
 go mod init envtest-build >/dev/null 2>&1
 
-case "$what" in
-kube-apiserver)
+# kubernetes_module requires k8s.io/kubernetes at $version with its staging replaces, and sets
+# ldflags to stamp the version.
+kubernetes_module() {
+  local minor staging_version gomod m vpkg
   minor=$(echo "$version" | cut -d. -f2)
   staging_version="v0.${version#*.}"
   # Every k8s.io/<staging> module that k8s.io/kubernetes replaces with ./staging/src/... .
@@ -32,31 +41,60 @@ kube-apiserver)
     go mod edit -replace="${m}=${m}@${staging_version}"
   done
   go mod edit -require="k8s.io/kubernetes@v${version}"
-  pkg=k8s.io/kubernetes/cmd/kube-apiserver
   vpkg=k8s.io/component-base/version
   ldflags="-s -w -X ${vpkg}.gitVersion=v${version} -X ${vpkg}.gitMajor=1 -X ${vpkg}.gitMinor=${minor}"
   ldflags+=" -X ${vpkg}.gitTreeState=clean -X ${vpkg}.buildDate=1970-01-01T00:00:00Z"
+}
+
+# install checks that a built binary runs, then moves it to its place.
+install_bin() {
+  local built=$1 dest=$2 reported
+  # Capture the whole output: piping into `head -1` would kill etcd (multi-line --version) with
+  # SIGPIPE under pipefail.
+  reported=$("$built" --version)
+  echo "${reported%%$'\n'*}" >&2
+  mkdir -p "$(dirname "$dest")"
+  mv "$built" "$dest.tmp"
+  mv "$dest.tmp" "$dest"
+}
+
+start=$SECONDS
+case "$what" in
+kube-apiserver | kube-controller-manager | kubernetes)
+  kubernetes_module
+  cmds=("$what")
+  [ "$what" = kubernetes ] && cmds=(kube-apiserver kube-controller-manager)
+  pkgs=()
+  for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  echo "building ${cmds[*]} v${version} from the module proxy (cold: about 10 CPU-minutes)" >&2
+  mkdir -p "$work/out"
+  go build -trimpath -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}"
+  for c in "${cmds[@]}"; do
+    if [ "$what" = kubernetes ]; then install_bin "$work/out/$c" "$out/$c"; else install_bin "$work/out/$c" "$out"; fi
+  done
+  ;;
+e2e.test)
+  kubernetes_module
+  echo "building the upstream e2e.test v${version} from the module proxy (cold: about 15 CPU-minutes)" >&2
+  # The e2e suite's own dependencies (ginkgo, gomega, ...) come from its go.mod requirements.
+  go get "k8s.io/kubernetes/test/e2e@v${version}" >/dev/null 2>&1 || true
+  go test -c -trimpath -ldflags "$ldflags" -o "$work/e2e.test" k8s.io/kubernetes/test/e2e
+  mkdir -p "$(dirname "$out")"
+  mv "$work/e2e.test" "$out.tmp"
+  mv "$out.tmp" "$out"
   ;;
 etcd)
   for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
     go mod edit -replace="go.etcd.io/etcd/${m}=go.etcd.io/etcd/${m}@v${version}"
   done
   go mod edit -require="go.etcd.io/etcd/server/v3@v${version}"
-  pkg=go.etcd.io/etcd/server/v3
-  ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v${version}"
+  echo "building etcd v${version} from the module proxy" >&2
+  go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v${version}" -o "$work/etcd" go.etcd.io/etcd/server/v3
+  install_bin "$work/etcd" "$out"
   ;;
 *)
-  echo "unknown binary ${what}: want kube-apiserver or etcd" >&2
+  echo "unknown binary ${what}: want kube-apiserver, kube-controller-manager, kubernetes, e2e.test or etcd" >&2
   exit 2
   ;;
 esac
-
-echo "building ${what} v${version} from the module proxy (cold: kube-apiserver takes minutes)" >&2
-go build -trimpath -ldflags "$ldflags" -o "$work/$what" "$pkg"
-# Check the binary runs before it is installed. Capture the whole output: piping into
-# `head -1` would kill etcd (multi-line --version) with SIGPIPE under pipefail.
-reported=$("$work/$what" --version)
-echo "${reported%%$'\n'*}" >&2
-mkdir -p "$(dirname "$out")"
-mv "$work/$what" "$out.tmp"
-mv "$out.tmp" "$out"
+echo "built ${what} in $((SECONDS - start)) s" >&2

@@ -13,7 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 )
 
-// Binaries is one --local-binaries folder: a kube-apiserver and an etcd.
+// Binaries is one --local-binaries folder: a kube-apiserver, a kube-controller-manager of the same
+// version and an etcd.
 type Binaries struct {
 	// Dir is the folder.
 	Dir string
@@ -24,16 +25,20 @@ type Binaries struct {
 // APIServer is the path of the folder's kube-apiserver.
 func (b Binaries) APIServer() string { return filepath.Join(b.Dir, "kube-apiserver") }
 
+// ControllerManager is the path of the folder's kube-controller-manager.
+func (b Binaries) ControllerManager() string { return filepath.Join(b.Dir, "kube-controller-manager") }
+
 // Etcd is the path of the folder's etcd.
 func (b Binaries) Etcd() string { return filepath.Join(b.Dir, "etcd") }
 
 // versionTimeout bounds one `--version` call.
 const versionTimeout = 30 * time.Second
 
-// LoadBinaries inspects each folder once: it must hold executable kube-apiserver and etcd files,
-// and the Kubernetes version it offers is what `kube-apiserver --version` prints (folder names
-// mean nothing). Two folders of the same version are an error. The error names the folder and
-// what is wrong with it.
+// LoadBinaries inspects each folder once: it must hold executable kube-apiserver,
+// kube-controller-manager and etcd files; the Kubernetes version it offers is what
+// `kube-apiserver --version` prints (folder names mean nothing), and kube-controller-manager must
+// print the same. Two folders of the same version are an error. The error names the folder, the
+// file and what is wrong with it.
 func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 	var out []Binaries
 	seen := map[string]string{}
@@ -43,9 +48,9 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 			return nil, fmt.Errorf("--local-binaries folder %s: %w", dir, err)
 		}
 		b := Binaries{Dir: abs}
-		for _, bin := range []string{b.APIServer(), b.Etcd()} {
+		for _, bin := range []string{b.APIServer(), b.ControllerManager(), b.Etcd()} {
 			if err := executable(bin); err != nil {
-				return nil, fmt.Errorf("--local-binaries folder %s: %w (it must hold kube-apiserver and etcd; `make envtest` builds them)", dir, err)
+				return nil, fmt.Errorf("--local-binaries folder %s: %w (it must hold kube-apiserver, kube-controller-manager and etcd; `make envtest` builds them)", dir, err)
 			}
 		}
 		if _, err := runVersion(ctx, b.Etcd()); err != nil {
@@ -55,9 +60,17 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: kube-apiserver --version: %w", dir, err)
 		}
-		b.Version, err = parseAPIServerVersion(out1)
+		b.Version, err = parseKubernetesVersion(out1)
 		if err != nil {
-			return nil, fmt.Errorf("--local-binaries folder %s: %w", dir, err)
+			return nil, fmt.Errorf("--local-binaries folder %s: kube-apiserver %w", dir, err)
+		}
+		out2, err := runVersion(ctx, b.ControllerManager())
+		if err != nil {
+			return nil, fmt.Errorf("--local-binaries folder %s: kube-controller-manager --version: %w", dir, err)
+		}
+		if v, err := parseKubernetesVersion(out2); err != nil || v != b.Version {
+			return nil, fmt.Errorf("--local-binaries folder %s: %s reports %q, but kube-apiserver is v%s; both must be the same version (`make envtest` builds them together)",
+				dir, b.ControllerManager(), strings.TrimSpace(out2), b.Version)
 		}
 		if other, dup := seen[b.Version]; dup {
 			return nil, fmt.Errorf("--local-binaries folders %s and %s both serve Kubernetes %s; give each version once", other, dir, b.Version)
@@ -91,9 +104,9 @@ func runVersion(ctx context.Context, bin string) (string, error) {
 	return out.String(), nil
 }
 
-// parseAPIServerVersion reads the version from `kube-apiserver --version` output, which is
-// "Kubernetes v1.37.1".
-func parseAPIServerVersion(out string) (string, error) {
+// parseKubernetesVersion reads the version from `kube-apiserver --version` (or
+// kube-controller-manager) output, which is "Kubernetes v1.37.1".
+func parseKubernetesVersion(out string) (string, error) {
 	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
 	v, ok := strings.CutPrefix(strings.TrimSpace(line), "Kubernetes v")
 	if ok {
@@ -101,5 +114,5 @@ func parseAPIServerVersion(out string) (string, error) {
 			return p.String(), nil
 		}
 	}
-	return "", fmt.Errorf("kube-apiserver --version printed %q, not \"Kubernetes vX.Y.Z\"", line)
+	return "", fmt.Errorf("--version printed %q, not \"Kubernetes vX.Y.Z\"", line)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestParseAPIServerVersion(t *testing.T) {
+func TestParseKubernetesVersion(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		out     string
@@ -31,7 +31,7 @@ func TestParseAPIServerVersion(t *testing.T) {
 		{name: "blank", out: " \n ", wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseAPIServerVersion(tc.out)
+			got, err := parseKubernetesVersion(tc.out)
 			if tc.wantErr {
 				require.Error(t, err, "parsed %q", got)
 				assert.Empty(t, got)
@@ -55,10 +55,11 @@ func fakeBinary(t *testing.T, dir, name, script string, mode os.FileMode) {
 
 func echoVersion(v string) string { return "#!/bin/sh\necho \"Kubernetes v" + v + "\"\n" }
 
-// fakeFolder is a binaries folder whose kube-apiserver reports version.
+// fakeFolder is a binaries folder whose kube-apiserver and kube-controller-manager report version.
 func fakeFolder(t *testing.T, dir, version string) {
 	t.Helper()
 	fakeBinary(t, dir, "kube-apiserver", echoVersion(version), 0o755)
+	fakeBinary(t, dir, "kube-controller-manager", echoVersion(version), 0o755)
 	fakeBinary(t, dir, "etcd", "#!/bin/sh\necho \"etcd Version: 3.6.0\"\n", 0o755)
 }
 
@@ -114,7 +115,8 @@ func TestLoadBinaries(t *testing.T) {
 			name: "folder without etcd",
 			setup: func(t *testing.T, root string) []string {
 				d := filepath.Join(root, "a")
-				fakeBinary(t, d, "kube-apiserver", echoVersion("1.30.2"), 0o755)
+				fakeFolder(t, d, "1.30.2")
+				require.NoError(t, os.Remove(filepath.Join(d, "etcd")))
 				return []string{d}
 			},
 			errSubstr: []string{filepath.Join("a", "etcd"), "no such file"},
@@ -127,6 +129,36 @@ func TestLoadBinaries(t *testing.T) {
 				return []string{d}
 			},
 			errSubstr: []string{filepath.Join("a", "kube-apiserver"), "no such file"},
+		},
+		{
+			name: "folder without kube-controller-manager",
+			setup: func(t *testing.T, root string) []string {
+				d := filepath.Join(root, "a")
+				fakeFolder(t, d, "1.30.2")
+				require.NoError(t, os.Remove(filepath.Join(d, "kube-controller-manager")))
+				return []string{d}
+			},
+			errSubstr: []string{filepath.Join("a", "kube-controller-manager"), "no such file", "make envtest"},
+		},
+		{
+			name: "kube-controller-manager of another version",
+			setup: func(t *testing.T, root string) []string {
+				d := filepath.Join(root, "a")
+				fakeFolder(t, d, "1.30.2")
+				fakeBinary(t, d, "kube-controller-manager", echoVersion("1.31.0"), 0o755)
+				return []string{d}
+			},
+			errSubstr: []string{filepath.Join("a", "kube-controller-manager"), "Kubernetes v1.31.0", "kube-apiserver is v1.30.2", "same version"},
+		},
+		{
+			name: "kube-controller-manager exits 1",
+			setup: func(t *testing.T, root string) []string {
+				d := filepath.Join(root, "a")
+				fakeFolder(t, d, "1.30.2")
+				fakeBinary(t, d, "kube-controller-manager", "#!/bin/sh\necho 'bad build' >&2\nexit 1\n", 0o755)
+				return []string{d}
+			},
+			errSubstr: []string{"kube-controller-manager --version", "exit status 1", "bad build"},
 		},
 		{
 			name: "kube-apiserver not executable",
@@ -156,7 +188,7 @@ func TestLoadBinaries(t *testing.T) {
 				fakeBinary(t, d, "kube-apiserver", "#!/bin/sh\necho 'hello world'\n", 0o755)
 				return []string{d}
 			},
-			errSubstr: []string{`"hello world"`, "Kubernetes vX.Y.Z"},
+			errSubstr: []string{`kube-apiserver --version printed "hello world"`, "Kubernetes vX.Y.Z"},
 		},
 		{
 			name: "kube-apiserver exits 1",
@@ -229,6 +261,7 @@ func TestLoadBinaries(t *testing.T) {
 				assert.True(t, filepath.IsAbs(b.Dir), "Dir %s is absolute", b.Dir)
 				assert.Equal(t, dirs[i], b.Dir)
 				assert.Equal(t, filepath.Join(dirs[i], "kube-apiserver"), b.APIServer())
+				assert.Equal(t, filepath.Join(dirs[i], "kube-controller-manager"), b.ControllerManager())
 				assert.Equal(t, filepath.Join(dirs[i], "etcd"), b.Etcd())
 			}
 		})

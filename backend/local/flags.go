@@ -5,10 +5,12 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 )
 
-// The service network of every local cluster. There is no kube-proxy or controller-manager, but
-// the API server needs a range to allocate the kubernetes Service from.
+// The service network of every local cluster. Nothing routes it (no kube-proxy, no nodes), but the
+// API server allocates the kubernetes Service from it and the controller manager's service-CIDR
+// controller tracks it.
 const (
 	serviceCIDR = "10.96.0.0/16"
 	serviceIP   = "10.96.0.1"
@@ -19,17 +21,20 @@ const (
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").
 type Tuning struct {
-	// APIServerGOMEMLIMIT and EtcdGOMEMLIMIT set the Go runtime's soft memory limit of each
-	// process (e.g. "150MiB"); empty leaves it unset.
-	APIServerGOMEMLIMIT, EtcdGOMEMLIMIT string
-	// GOGC of both processes; empty leaves the Go default (100).
+	// APIServerGOMEMLIMIT, EtcdGOMEMLIMIT and ControllerManagerGOMEMLIMIT set the Go runtime's
+	// soft memory limit of each process (e.g. "150MiB"); empty leaves it unset.
+	APIServerGOMEMLIMIT, EtcdGOMEMLIMIT, ControllerManagerGOMEMLIMIT string
+	// GOGC of every process; empty leaves the Go default (100).
 	GOGC string
 	// WatchCache keeps kube-apiserver's watch cache on (more memory, fewer etcd reads).
 	WatchCache bool
+	// ConcurrentSyncs, when not zero, sets every --concurrent-*-syncs flag of the controller
+	// manager to this number of workers (its defaults are 1 to 20 per controller).
+	ConcurrentSyncs int
 }
 
 // DefaultTuning is what the operator runs with.
-var DefaultTuning = Tuning{APIServerGOMEMLIMIT: "160MiB", EtcdGOMEMLIMIT: "48MiB", GOGC: "50"}
+var DefaultTuning = Tuning{APIServerGOMEMLIMIT: "160MiB", EtcdGOMEMLIMIT: "48MiB", ControllerManagerGOMEMLIMIT: "64MiB", GOGC: "50"}
 
 // env returns the environment entries of a process of the given kind.
 func (t Tuning) env(memLimit string) []string {
@@ -43,11 +48,13 @@ func (t Tuning) env(memLimit string) []string {
 	return env
 }
 
-// etcdArgs are the flags of a cluster's etcd: one member listening on the loopback only, data
-// in the cluster's folder, fsync on (the data is the user's).
-func etcdArgs(dir string, p ports) []string {
-	client := "http://127.0.0.1:" + strconv.Itoa(p.Etcd)
-	peer := "http://127.0.0.1:" + strconv.Itoa(p.EtcdPeer)
+// etcdArgs are the flags of a cluster's etcd: one member whose client and peer listeners are unix
+// sockets in the cluster's 0700 folder (no TCP port: nobody but the operator's user, and so the
+// cluster's own API server, reaches its data), data in the folder, fsync on (the data is the
+// user's). etcd runs with the folder as its working directory: the socket names are relative.
+func etcdArgs(dir string) []string {
+	client := "unix://" + etcdSocket
+	peer := "unix://" + etcdPeerSocket
 	return []string{
 		"--name=default",
 		"--data-dir=" + filepath.Join(dir, etcdDataDir),
@@ -70,7 +77,7 @@ func etcdArgs(dir string, p ports) []string {
 func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
 	pki := filepath.Join(dir, pkiDir)
 	args := []string{
-		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(p.Etcd),
+		"--etcd-servers=unix://" + etcdSocket, // relative to the cluster's folder, its working directory
 		"--bind-address=" + bindAddress(advertiseHost),
 		"--secure-port=" + strconv.Itoa(p.APIServer),
 		"--tls-cert-file=" + filepath.Join(pki, servingCertFile),
@@ -95,6 +102,77 @@ func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
 		args = append(args, "--advertise-address=127.0.0.1")
 	}
 	return args
+}
+
+// The controllers of a local cluster's kube-controller-manager: what a workerless Gardener shoot
+// runs (every default controller, plus the bootstrap-token signer and cleaner), without those that
+// serve only nodes or the volumes and Pods on them. See the package doc for the reasons.
+var (
+	kcmExtraControllers    = []string{"bootstrap-signer-controller", "token-cleaner-controller"}
+	kcmDisabledControllers = []string{
+		"node-ipam-controller",                      // assigns Pod CIDRs to nodes
+		"node-lifecycle-controller",                 // taints and evicts unhealthy nodes
+		"taint-eviction-controller",                 // evicts Pods from tainted nodes
+		"device-taint-eviction-controller",          // evicts Pods from tainted devices
+		"ttl-controller",                            // annotates nodes with a cache TTL
+		"persistentvolume-attach-detach-controller", // attaches volumes to nodes
+		"persistentvolume-binder-controller",        // binds and provisions volumes for Pods
+		"persistentvolume-expander-controller",      // grows volumes on nodes
+	}
+)
+
+// controllerManagerArgs are the flags of a cluster's kube-controller-manager: its own client
+// certificate (kubeconfig in the folder), a service-account credential per controller, the
+// cluster CA to sign approved CSRs, the service-account key to sign tokens, no leader election (one
+// per cluster), and its health and metrics port on the loopback only.
+func controllerManagerArgs(dir string, p ports, t Tuning) []string {
+	pki := filepath.Join(dir, pkiDir)
+	kubeconfig := filepath.Join(dir, kcmKubeconfig)
+	controllers := append(append([]string{"*"}, kcmExtraControllers...), prefixed("-", kcmDisabledControllers)...)
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--use-service-account-credentials=true",
+		"--root-ca-file=" + filepath.Join(pki, caCertFile),
+		"--cluster-signing-cert-file=" + filepath.Join(pki, caCertFile),
+		"--cluster-signing-key-file=" + filepath.Join(pki, caKeyFile),
+		"--service-account-private-key-file=" + filepath.Join(pki, saKeyFile),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		"--controllers=" + strings.Join(controllers, ","),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(p.ControllerManager),
+		"--tls-cert-file=" + filepath.Join(pki, kcmServingCertFile),
+		"--tls-private-key-file=" + filepath.Join(pki, kcmServingKeyFile),
+		"--profiling=false",
+		"--v=0",
+	}
+	if n := t.ConcurrentSyncs; n > 0 {
+		for _, f := range kcmConcurrencyFlags {
+			args = append(args, fmt.Sprintf("--%s=%d", f, n))
+		}
+	}
+	return args
+}
+
+// kcmConcurrencyFlags are the worker counts of the controllers a local cluster runs.
+var kcmConcurrencyFlags = []string{
+	"concurrent-cron-job-syncs", "concurrent-daemonset-syncs", "concurrent-deployment-syncs",
+	"concurrent-endpoint-syncs", "concurrent-ephemeralvolume-syncs", "concurrent-gc-syncs",
+	"concurrent-horizontal-pod-autoscaler-syncs", "concurrent-job-syncs", "concurrent-namespace-syncs",
+	"concurrent-rc-syncs", "concurrent-replicaset-syncs", "concurrent-resource-quota-syncs",
+	"concurrent-service-endpoint-syncs", "concurrent-serviceaccount-token-syncs",
+	"concurrent-statefulset-syncs", "concurrent-ttl-after-finished-syncs",
+	"concurrent-validating-admission-policy-status-syncs",
+}
+
+func prefixed(prefix string, ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = prefix + s
+	}
+	return out
 }
 
 // bindAddress is where the API server listens: the advertised loopback address itself when it is

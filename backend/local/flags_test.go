@@ -27,53 +27,80 @@ func flagMap(t *testing.T, args []string) map[string]string {
 }
 
 func TestEtcdArgs(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		dir  string
-		p    ports
-	}{
-		{"low ports", "/var/lib/cp/uid-1", ports{APIServer: 6443, Etcd: 2379, EtcdPeer: 2380}},
-		{"high ports", "/tmp/state/3f2a", ports{APIServer: 40001, Etcd: 40002, EtcdPeer: 40003}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			args := etcdArgs(tc.dir, tc.p)
+	for _, dir := range []string{"/var/lib/cp/uid-1", "/tmp/state/3f2a"} {
+		t.Run(dir, func(t *testing.T) {
+			args := etcdArgs(dir)
 			for _, a := range args {
 				assert.NotContains(t, a, "unsafe-no-fsync", "fsync stays on")
-				assert.NotContains(t, a, "0.0.0.0")
-				assert.NotContains(t, a, "localhost")
+				assert.NotContains(t, a, "http", "no TCP listener")
 			}
 			f := flagMap(t, args)
-			assert.Equal(t, filepath.Join(tc.dir, "etcd"), f["--data-dir"])
-			assert.True(t, strings.HasPrefix(f["--data-dir"], tc.dir+string(filepath.Separator)), "the data is in the cluster's folder")
+			assert.Equal(t, filepath.Join(dir, "etcd"), f["--data-dir"])
+			assert.True(t, strings.HasPrefix(f["--data-dir"], dir+string(filepath.Separator)), "the data is in the cluster's folder")
 
-			client := "http://127.0.0.1:" + strconv.Itoa(tc.p.Etcd)
-			peer := "http://127.0.0.1:" + strconv.Itoa(tc.p.EtcdPeer)
-			assert.Equal(t, client, f["--listen-client-urls"])
-			assert.Equal(t, client, f["--advertise-client-urls"])
-			assert.Equal(t, peer, f["--listen-peer-urls"])
-			assert.Equal(t, peer, f["--initial-advertise-peer-urls"])
-			assert.Equal(t, "default="+peer, f["--initial-cluster"])
+			// Client and peer listen on unix sockets named relative to the cluster's folder, etcd's
+			// working directory.
+			assert.Equal(t, "unix://etcd.sock", f["--listen-client-urls"])
+			assert.Equal(t, "unix://etcd.sock", f["--advertise-client-urls"])
+			assert.Equal(t, "unix://etcd-peer.sock", f["--listen-peer-urls"])
+			assert.Equal(t, "unix://etcd-peer.sock", f["--initial-advertise-peer-urls"])
+			assert.Equal(t, "default=unix://etcd-peer.sock", f["--initial-cluster"])
 			assert.Equal(t, "default", f["--name"])
+			assert.Empty(t, f["--listen-metrics-urls"], "no metrics listener")
+			_, clientAuth := f["--client-cert-auth"]
+			assert.False(t, clientAuth, "the folder's permissions guard the socket")
+		})
+	}
+}
 
-			// Every URL any flag names is on 127.0.0.1.
-			urls := 0
-			for name, value := range f {
-				if !strings.Contains(value, "://") {
-					continue
-				}
-				for _, u := range strings.Split(value, ",") {
-					if _, after, ok := strings.Cut(u, "="); ok && name == "--initial-cluster" {
-						u = after
-					}
-					parsed, err := url.Parse(u)
-					require.NoError(t, err, "%s=%s", name, value)
-					assert.Equal(t, "127.0.0.1", parsed.Hostname(), "%s=%s", name, value)
-					assert.NotEmpty(t, parsed.Port(), "%s=%s", name, value)
-					urls++
+func TestControllerManagerArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		tuning     Tuning
+		wantSyncs  string
+		wantNSyncs int
+	}{
+		{"default tuning", DefaultTuning, "", 0},
+		{"concurrency 2", Tuning{ConcurrentSyncs: 2}, "2", len(kcmConcurrencyFlags)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := "/state/uid-7"
+			f := flagMap(t, controllerManagerArgs(dir, ports{APIServer: 41234, ControllerManager: 41240}, tc.tuning))
+			for _, k := range []string{"--kubeconfig", "--authentication-kubeconfig", "--authorization-kubeconfig"} {
+				assert.Equal(t, "/state/uid-7/kube-controller-manager.kubeconfig", f[k], k)
+			}
+			assert.Equal(t, "true", f["--use-service-account-credentials"])
+			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--root-ca-file"])
+			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--cluster-signing-cert-file"])
+			assert.Equal(t, "/state/uid-7/pki/ca.key", f["--cluster-signing-key-file"])
+			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-private-key-file"])
+			assert.Equal(t, "false", f["--leader-elect"])
+			assert.Equal(t, "127.0.0.1", f["--bind-address"], "health and metrics on the loopback only")
+			assert.Equal(t, "41240", f["--secure-port"])
+			assert.Equal(t, "/state/uid-7/pki/kube-controller-manager-serving.crt", f["--tls-cert-file"])
+			assert.Equal(t, "10.96.0.0/16", f["--service-cluster-ip-range"])
+
+			controllers := strings.Split(f["--controllers"], ",")
+			assert.Equal(t, "*", controllers[0], "every default controller")
+			for _, c := range []string{"bootstrap-signer-controller", "token-cleaner-controller"} {
+				assert.Contains(t, controllers, c, "enabled as in a workerless Gardener shoot")
+			}
+			for _, c := range []string{"node-lifecycle-controller", "node-ipam-controller", "persistentvolume-attach-detach-controller",
+				"persistentvolume-binder-controller", "persistentvolume-expander-controller", "ttl-controller", "taint-eviction-controller"} {
+				assert.Contains(t, controllers, "-"+c, "a controller that serves only nodes is off")
+			}
+			for _, c := range []string{"clusterrole-aggregation-controller", "namespace-controller", "garbage-collector-controller"} {
+				assert.NotContains(t, controllers, "-"+c)
+			}
+
+			syncs := 0
+			for name, v := range f {
+				if strings.HasPrefix(name, "--concurrent-") {
+					syncs++
+					assert.Equal(t, tc.wantSyncs, v, name)
 				}
 			}
-			assert.Equal(t, 5, urls)
-			assert.Empty(t, f["--listen-metrics-urls"], "no metrics listener")
+			assert.Equal(t, tc.wantNSyncs, syncs)
 		})
 	}
 }
@@ -93,7 +120,7 @@ func TestAPIServerArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
-			p := ports{APIServer: 41234, Etcd: 41235, EtcdPeer: 41236}
+			p := ports{APIServer: 41234, ControllerManager: 41235}
 			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, p, tc.tuning))
 
 			assert.Equal(t, "RBAC", f["--authorization-mode"])
@@ -103,7 +130,7 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-signing-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/sa.pub", f["--service-account-key-file"])
 			assert.Equal(t, "41234", f["--secure-port"])
-			assert.Equal(t, "http://127.0.0.1:41235", f["--etcd-servers"])
+			assert.Equal(t, "unix://etcd.sock", f["--etcd-servers"], "etcd's socket, relative to the cluster's folder")
 			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--client-ca-file"])
@@ -152,6 +179,7 @@ func TestTuningEnv(t *testing.T) {
 		{"both", Tuning{GOGC: "75"}, "48MiB", []string{"GOMEMLIMIT=48MiB", "GOGC=75"}},
 		{"default API server", DefaultTuning, DefaultTuning.APIServerGOMEMLIMIT, []string{"GOMEMLIMIT=160MiB", "GOGC=50"}},
 		{"default etcd", DefaultTuning, DefaultTuning.EtcdGOMEMLIMIT, []string{"GOMEMLIMIT=48MiB", "GOGC=50"}},
+		{"default controller manager", DefaultTuning, DefaultTuning.ControllerManagerGOMEMLIMIT, []string{"GOMEMLIMIT=64MiB", "GOGC=50"}},
 		{"watch cache adds nothing", Tuning{WatchCache: true}, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

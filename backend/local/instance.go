@@ -3,11 +3,14 @@ package local
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,13 +35,20 @@ const (
 
 // Process names, as in logs, messages and PIDs.
 const (
-	procEtcd      = "etcd"
-	procAPIServer = "kube-apiserver"
+	procEtcd              = "etcd"
+	procAPIServer         = "kube-apiserver"
+	procControllerManager = "kube-controller-manager"
 )
 
-// instance supervises the two processes of one cluster: etcd first, then kube-apiserver; each is
-// restarted with backoff when it exits. A watcher probes readiness after every (re)start and
-// notifies the Backend's Notify on every change of Ready.
+// kcmReadyCheck is the health check the controller manager adds once it has built its controllers
+// (its /healthz lists it from then on): the sign that it runs them, not only that it started.
+const kcmReadyCheck = "clusterrole-aggregation-controller"
+
+// instance supervises the three processes of one cluster: etcd first, then kube-apiserver, and
+// kube-controller-manager once the API server answers; each is restarted with backoff when it
+// exits. A watcher probes readiness after every (re)start and notifies the Backend's Notify on
+// every change: the API server's readiness (etcd and kube-apiserver) and the controller manager's
+// are tracked apart, so the Cluster's conditions say which part is missing.
 type instance struct {
 	b     *Backend
 	dir   string
@@ -46,23 +56,29 @@ type instance struct {
 	pki   *pki
 	log   logr.Logger
 	probe *http.Client // authenticates as the admin; verifies the cluster CA
+	etcd  *http.Client // reaches etcd's client socket
 	// authMu serializes writes of the authentication configuration file.
 	authMu sync.Mutex
 
 	mu       sync.Mutex
 	meta     meta
-	ready    bool
-	reason   string
-	message  string
+	api, kcm part
 	version  string
 	restarts int
-	epoch    int // counts crashes: a probe that started before one must not declare Ready
 	pids     map[string]int
+	procs    map[string]*process
 
 	cancel  context.CancelFunc
 	killNow atomic.Bool   // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
-	done    chan struct{} // closed when both processes have stopped
+	done    chan struct{} // closed when every process has stopped
 	recheck chan struct{}
+}
+
+// part is the readiness of the API server (with its etcd) or of the controller manager.
+type part struct {
+	backend.Part
+	// epoch counts crashes: a probe that started before one must not declare the part Ready.
+	epoch int
 }
 
 func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instance, error) {
@@ -71,16 +87,30 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	if err != nil {
 		return nil, fmt.Errorf("the admin transport: %w", err)
 	}
-	return &instance{
+	socket := filepath.Join(dir, etcdSocket)
+	etcd := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}}
+	starting := backend.Part{Reason: backend.ReasonStarting}
+	in := &instance{
 		b: b, dir: dir, bins: bins, pki: p, meta: m,
 		log:     b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID),
 		probe:   &http.Client{Transport: transport, Timeout: probeTimeout},
-		reason:  backend.ReasonStarting,
-		message: "etcd and kube-apiserver " + bins.Version + " are starting.",
+		etcd:    etcd,
+		api:     part{Part: starting},
+		kcm:     part{Part: starting},
 		pids:    map[string]int{},
+		procs:   map[string]*process{},
 		done:    make(chan struct{}),
 		recheck: make(chan struct{}, 1),
-	}, nil
+	}
+	in.api.Message = "etcd and kube-apiserver " + bins.Version + " are starting."
+	in.kcm.Message = "kube-controller-manager " + bins.Version + " starts once the API server answers."
+	return in, nil
 }
 
 func adminConfig(host string, p *pki) *rest.Config {
@@ -115,23 +145,28 @@ func (in *instance) stop(kill bool) {
 func (in *instance) run(ctx context.Context) {
 	defer close(in.done)
 	etcdCtx, stopEtcd := context.WithCancel(context.Background())
-	var etcdWG, apiWG sync.WaitGroup
+	var etcdWG, wg sync.WaitGroup
 	etcdWG.Go(func() { in.supervise(etcdCtx, procEtcd, in.startEtcd) })
 	if in.waitEtcd(ctx) {
-		apiWG.Go(func() { in.supervise(ctx, procAPIServer, in.startAPIServer) })
-		apiWG.Go(func() { in.watchReady(ctx) })
+		wg.Go(func() { in.supervise(ctx, procAPIServer, in.startAPIServer) })
+		wg.Go(func() { in.supervise(ctx, procControllerManager, in.startControllerManager) })
+		wg.Go(func() { in.watchReady(ctx) })
 	}
 	<-ctx.Done()
-	apiWG.Wait()
+	wg.Wait()
 	stopEtcd()
 	etcdWG.Wait()
 }
 
-// supervise keeps one process running until ctx ends, then stops it.
-func (in *instance) supervise(ctx context.Context, name string, start func() (*process, error)) {
+// supervise keeps one process running until ctx ends, then stops it. start returns a nil process
+// when ctx ended before it could start one.
+func (in *instance) supervise(ctx context.Context, name string, start func(context.Context) (*process, error)) {
 	backoff := minBackoff
 	for ctx.Err() == nil {
-		p, err := start()
+		p, err := start(ctx)
+		if p == nil && err == nil {
+			return
+		}
 		if err != nil {
 			in.down(name, fmt.Sprintf("%s could not be started: %v; retrying in %s.", name, err, backoff), false)
 			if !sleep(ctx, backoff) {
@@ -140,7 +175,7 @@ func (in *instance) supervise(ctx context.Context, name string, start func() (*p
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		in.setPID(name, p.pid())
+		in.setProcess(name, p)
 		in.trigger()
 		started := time.Now()
 		select {
@@ -150,11 +185,11 @@ func (in *instance) supervise(ctx context.Context, name string, start func() (*p
 				grace = 0
 			}
 			p.stop(grace)
-			in.setPID(name, 0)
+			in.setProcess(name, nil)
 			return
 		case <-p.done:
 		}
-		in.setPID(name, 0)
+		in.setProcess(name, nil)
 		if ctx.Err() != nil {
 			return
 		}
@@ -178,25 +213,61 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-func (in *instance) startEtcd() (*process, error) {
-	in.mu.Lock()
-	p := in.meta.Ports
-	in.mu.Unlock()
-	return startProcess(in.bins.Etcd(), etcdArgs(in.dir, p), in.b.opts.Tuning.env(in.b.opts.Tuning.EtcdGOMEMLIMIT),
-		filepath.Join(in.dir, logDir, etcdLogFile))
+func (in *instance) startEtcd(context.Context) (*process, error) {
+	t := in.b.opts.Tuning
+	return startProcess(in.bins.Etcd(), etcdArgs(in.dir), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
 }
 
 // startAPIServer starts kube-apiserver. If its port was taken in the meantime by another
 // process, it gets a new one first (the endpoint in the status follows).
-func (in *instance) startAPIServer() (*process, error) {
+func (in *instance) startAPIServer(context.Context) (*process, error) {
 	if err := in.b.reassignAPIServerPort(in); err != nil {
 		return nil, err
 	}
 	in.mu.Lock()
 	p := in.meta.Ports
 	in.mu.Unlock()
-	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, p, *in.b.opts.Tuning),
-		in.b.opts.Tuning.env(in.b.opts.Tuning.APIServerGOMEMLIMIT), filepath.Join(in.dir, logDir, apiLogFile))
+	t := in.b.opts.Tuning
+	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, p, *t),
+		t.env(t.APIServerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, apiLogFile))
+}
+
+// startControllerManager starts kube-controller-manager once the API server answers /healthz: it
+// gives up (and exits) when the API server does not answer within 10 s, which a cold start under
+// load can take. Its kubeconfig is written anew each time, so it follows the API server's port.
+func (in *instance) startControllerManager(ctx context.Context) (*process, error) {
+	for {
+		in.mu.Lock()
+		url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
+		in.mu.Unlock()
+		if _, err := get(ctx, in.probe, url+"/healthz"); err == nil {
+			break
+		}
+		if !sleep(ctx, probeInterval) {
+			return nil, nil
+		}
+	}
+	in.mu.Lock()
+	p := in.meta.Ports
+	in.mu.Unlock()
+	if err := writeKubeconfig(filepath.Join(in.dir, kcmKubeconfig), endpoint(in.b.opts.AdvertiseHost, p.APIServer),
+		in.pki.CAPEM, in.pki.KCMCertPEM, in.pki.KCMKeyPEM); err != nil {
+		return nil, fmt.Errorf("writing its kubeconfig: %w", err)
+	}
+	t := in.b.opts.Tuning
+	return startProcess(in.bins.ControllerManager(), controllerManagerArgs(in.dir, p, *t),
+		t.env(t.ControllerManagerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, kcmLogFile))
+}
+
+// restartControllerManager stops the running controller manager; its supervisor starts it again
+// (with a kubeconfig for the API server's new port).
+func (in *instance) restartControllerManager() {
+	in.mu.Lock()
+	p := in.procs[procControllerManager]
+	in.mu.Unlock()
+	if p != nil {
+		go p.stop(in.b.opts.StopGrace)
+	}
 }
 
 // waitEtcd waits until etcd answers its health check, or ctx ends.
@@ -212,10 +283,7 @@ func (in *instance) waitEtcd(ctx context.Context) bool {
 }
 
 func (in *instance) etcdHealthy(ctx context.Context) error {
-	in.mu.Lock()
-	url := "http://127.0.0.1:" + strconv.Itoa(in.meta.Ports.Etcd) + "/health"
-	in.mu.Unlock()
-	body, err := get(ctx, http.DefaultClient, url)
+	body, err := get(ctx, in.etcd, "http://etcd/health")
 	if err != nil {
 		return err
 	}
@@ -228,8 +296,9 @@ func (in *instance) etcdHealthy(ctx context.Context) error {
 	return nil
 }
 
-// watchReady probes, after every (re)start of a process, until the cluster serves: etcd healthy,
-// kube-apiserver /readyz ok. Then it reads /version and declares the cluster Ready.
+// watchReady probes, after every (re)start of a process, until the cluster is complete: the API
+// server serves (etcd healthy, /readyz ok, /version read) and the controller manager runs its
+// controllers. Each part is declared Ready as soon as it is.
 func (in *instance) watchReady(ctx context.Context) {
 	for {
 		select {
@@ -239,10 +308,22 @@ func (in *instance) watchReady(ctx context.Context) {
 		}
 		for {
 			in.mu.Lock()
-			epoch, url := in.epoch, endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
+			apiEpoch, kcmEpoch := in.api.epoch, in.kcm.epoch
+			apiReady, kcmReady := in.api.Ready, in.kcm.Ready
+			url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
+			kcmURL := "https://127.0.0.1:" + strconv.Itoa(in.meta.Ports.ControllerManager)
 			in.mu.Unlock()
-			if v, err := in.serving(ctx, url); err == nil {
-				in.up(epoch, v)
+			if !apiReady {
+				if v, err := in.serving(ctx, url); err == nil {
+					in.apiUp(apiEpoch, v)
+					apiReady = true
+				}
+			}
+			if !kcmReady && in.controllerManagerRuns(ctx, kcmURL) == nil {
+				in.kcmUp(kcmEpoch)
+				kcmReady = true
+			}
+			if apiReady && kcmReady {
 				break
 			}
 			if !sleep(ctx, probeInterval) {
@@ -270,6 +351,19 @@ func (in *instance) serving(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	return backend.Normalize(v.GitVersion), nil
+}
+
+// controllerManagerRuns reports whether the controller manager answers its /healthz and has built
+// its controllers (their checks are listed).
+func (in *instance) controllerManagerRuns(ctx context.Context, url string) error {
+	body, err := get(ctx, in.probe, url+"/healthz?verbose")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(body), "[+]"+kcmReadyCheck+" ok") {
+		return errors.New("kube-controller-manager has not started its controllers yet")
+	}
+	return nil
 }
 
 func get(ctx context.Context, c *http.Client, url string) ([]byte, error) {
@@ -301,32 +395,54 @@ func (in *instance) trigger() {
 	}
 }
 
-// up declares the cluster Ready, unless a process crashed since the probe began.
-func (in *instance) up(epoch int, version string) {
+// apiUp declares the API server Ready, unless a process it needs crashed since the probe began.
+func (in *instance) apiUp(epoch int, version string) {
 	in.mu.Lock()
-	if in.epoch != epoch {
+	if in.api.epoch != epoch {
 		in.mu.Unlock()
 		in.trigger()
 		return
 	}
-	changed := !in.ready || in.version != version
-	in.ready, in.version = true, version
-	in.reason, in.message = backend.ReasonRunning, fmt.Sprintf("kube-apiserver %s serves on %s.", version,
-		endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer))
+	changed := !in.api.Ready || in.version != version
+	in.version = version
+	in.api.Part = backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: fmt.Sprintf("kube-apiserver %s serves on %s.", version,
+		endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer))}
 	in.mu.Unlock()
 	if changed {
-		in.log.Info("The cluster is ready", "version", version)
+		in.log.Info("The API server is ready", "version", version)
 		in.b.notify(in)
 	}
 }
 
-// down records that the cluster does not serve: a process failed to start, or exited (crashed,
-// counted as a restart).
+// kcmUp declares the controller manager Ready, unless it crashed since the probe began.
+func (in *instance) kcmUp(epoch int) {
+	in.mu.Lock()
+	if in.kcm.epoch != epoch {
+		in.mu.Unlock()
+		in.trigger()
+		return
+	}
+	changed := !in.kcm.Ready
+	in.kcm.Part = backend.Part{Ready: true, Reason: backend.ReasonRunning,
+		Message: "kube-controller-manager " + in.bins.Version + " runs its controllers."}
+	in.mu.Unlock()
+	if changed {
+		in.log.Info("The controller manager is ready")
+		in.b.notify(in)
+	}
+}
+
+// down records that a part of the cluster does not work: a process failed to start, or exited
+// (crashed, counted as a restart). etcd and kube-apiserver make the API server's part; the
+// controller manager is its own.
 func (in *instance) down(name, message string, crashed bool) {
 	in.mu.Lock()
-	in.ready = false
-	in.epoch++
-	in.reason, in.message = backend.ReasonRestarting, message
+	pt := &in.api
+	if name == procControllerManager {
+		pt = &in.kcm
+	}
+	pt.epoch++
+	pt.Part = backend.Part{Reason: backend.ReasonRestarting, Message: message}
 	if crashed {
 		in.restarts++
 	}
@@ -334,22 +450,25 @@ func (in *instance) down(name, message string, crashed bool) {
 	in.b.notify(in)
 }
 
-func (in *instance) setPID(name string, pid int) {
+func (in *instance) setProcess(name string, p *process) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if pid == 0 {
+	if p == nil {
 		delete(in.pids, name)
+		delete(in.procs, name)
 	} else {
-		in.pids[name] = pid
+		in.pids[name] = p.pid()
+		in.procs[name] = p
 	}
 }
 
 // providerStatus is status.providerStatus of a local cluster.
 type providerStatus struct {
-	Backend  string `json:"backend"`
-	Version  string `json:"version"`
-	Ports    ports  `json:"ports"`
-	Restarts int    `json:"restarts"`
+	Backend  string     `json:"backend"`
+	Version  string     `json:"version"`
+	Ports    ports      `json:"ports"`
+	Restarts int        `json:"restarts"`
+	DataLost *time.Time `json:"dataLost,omitempty"`
 }
 
 func (in *instance) state() backend.State {
@@ -360,21 +479,28 @@ func (in *instance) state() backend.State {
 	if version == "" {
 		version = in.bins.Version
 	}
+	kcm := in.kcm.Part
 	s := backend.State{
-		Ready:     in.ready,
-		Reason:    in.reason,
-		Message:   in.message,
-		Endpoint:  url,
-		Endpoints: map[string]string{backend.EndpointAPIServerExternal: url},
-		CABundle:  in.pki.CAPEM,
-		Version:   in.version,
-		Info:      fmt.Sprintf("%s v%s :%d", Name, version, in.meta.Ports.APIServer),
+		Ready:             in.api.Ready,
+		Reason:            in.api.Reason,
+		Message:           in.api.Message,
+		ControllerManager: &kcm,
+		Endpoint:          url,
+		Endpoints:         map[string]string{backend.EndpointAPIServerExternal: url},
+		CABundle:          in.pki.CAPEM,
+		Version:           in.version,
+		Info:              fmt.Sprintf("%s v%s :%d", Name, version, in.meta.Ports.APIServer),
 		ProviderStatus: providerStatus{
-			Backend: Name, Version: "v" + version, Ports: in.meta.Ports, Restarts: in.restarts,
+			Backend: Name, Version: "v" + version, Ports: in.meta.Ports, Restarts: in.restarts, DataLost: in.meta.DataLost,
 		},
 		Restarts: in.restarts,
 	}
-	if !in.ready {
+	if t := in.meta.DataLost; t != nil {
+		s.DataLost = fmt.Sprintf("The cluster's folder %s was gone at %s although the cluster had run (a lost volume?): the cluster was created anew, EMPTY, with a new CA; "+
+			"its AccessRequests are granted again with new kubeconfigs. Restore nothing into it from the old folder: keep the state dir on a persistent volume (deploy/default does).",
+			in.dir, t.UTC().Format(time.RFC3339))
+	}
+	if !in.api.Ready || !in.kcm.Ready {
 		s.RetryAfter = retryNotReady
 	}
 	return s

@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -22,6 +23,10 @@ import (
 
 // Name is the ProviderConfig spec.backend value of this backend.
 const Name = "local"
+
+// maxStateDirLen is the longest --state-dir whose etcd sockets (<state-dir>/<UID>/etcd-peer.sock)
+// fit in a unix socket address (107 bytes and a NUL).
+const maxStateDirLen = 107 - len("/6c1f7d1e-2b7a-4d39-9a4c-1f2e3d4c5b6a/") - len(etcdPeerSocket)
 
 // Options configure a Backend. Zero values take the defaults named.
 type Options struct {
@@ -97,6 +102,10 @@ func New(opts Options) (*Backend, error) {
 	dir, err := filepath.Abs(opts.StateDir)
 	if err != nil {
 		return nil, err
+	}
+	if len(dir) > maxStateDirLen {
+		return nil, fmt.Errorf("local backend: --state-dir %s is %d bytes long; the unix sockets of etcd inside it need it to be at most %d: choose a shorter path",
+			dir, len(dir), maxStateDirLen)
 	}
 	opts.StateDir = dir
 	return &Backend{
@@ -219,6 +228,10 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 				b.log.Error(err, "Recreating the cluster's record; its data is kept", "dir", dir)
 			}
 			m = meta{UID: cl.UID, Version: version}
+			if lost := folderLost(dir, cl); lost != nil {
+				m.DataLost = lost
+				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
+			}
 		}
 		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
 		if in, err = b.runLocked(dir, m); err != nil {
@@ -230,6 +243,21 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", port)
 	}
 	return in.state(), nil
+}
+
+// folderLost returns now if cl's folder dir is gone although the cluster ran here before: the
+// Cluster's status holds this backend's provider status, which is written only once its folder
+// exists.
+func folderLost(dir string, cl *clustersv1alpha1.Cluster) *time.Time {
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) || cl.Status.ProviderStatus == nil {
+		return nil
+	}
+	var ps providerStatus
+	if json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
+		return nil
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	return &now
 }
 
 // runLocked prepares the folder of a cluster (ports, certificates, authentication config, its
@@ -245,7 +273,7 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 		return nil, err
 	}
 	var err error
-	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.Etcd, &m.Ports.EtcdPeer} {
+	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.ControllerManager} {
 		if *p, _, err = b.ports.keep(*p); err != nil {
 			return nil, err
 		}
@@ -294,6 +322,7 @@ func (b *Backend) reassignAPIServerPort(in *instance) error {
 	delete(b.ports.taken, old)
 	in.meta = m
 	in.log.Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
+	go in.restartControllerManager() // after in.mu is released
 	return nil
 }
 
@@ -359,7 +388,7 @@ func (b *Backend) AdminConfig(_ context.Context, cl *clustersv1alpha1.Cluster) (
 }
 
 // PIDs returns the process IDs of the cluster with uid, by process name ("etcd",
-// "kube-apiserver"): for diagnosis and tests.
+// "kube-apiserver", "kube-controller-manager"): for diagnosis and tests.
 func (b *Backend) PIDs(uid types.UID) map[string]int {
 	b.mu.Lock()
 	in := b.instances[uid]

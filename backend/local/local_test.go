@@ -129,6 +129,11 @@ func logTails(dir string) string {
 
 func ready(s backend.State) bool { return s.Ready }
 
+// complete: the API server serves and the controller manager runs its controllers.
+func complete(s backend.State) bool {
+	return s.Ready && s.ControllerManager != nil && s.ControllerManager.Ready
+}
+
 func portOpen(endpointURL string) bool {
 	host := endpointURL[len("https://"):]
 	c, err := net.DialTimeout("tcp", host, time.Second)
@@ -153,7 +158,7 @@ func TestClusterLifecycle(t *testing.T) {
 	require.NoError(t, os.MkdirAll(stale, 0o700))
 
 	h := startBackend(t, stateDir, 1, cl)
-	s := h.await(cl, "Ready", ready)
+	s := h.await(cl, "complete", complete)
 	assert.NoDirExists(t, stale, "the folder of a Cluster that does not exist is removed at start")
 	assert.Equal(t, "1.37.1", s.Version, "the running API server's /version")
 	assert.Equal(t, backend.ReasonRunning, s.Reason)
@@ -188,16 +193,26 @@ func TestClusterLifecycle(t *testing.T) {
 		assert.Contains(t, err.Error(), "--local-max-clusters")
 	})
 
-	for _, proc := range []string{procAPIServer, procEtcd} {
+	t.Run("complete control plane", func(t *testing.T) { checkComplete(t, cs, s.CABundle) })
+	t.Run("etcd is reachable only through its socket", func(t *testing.T) { checkEtcdPrivate(t, dir, h.b.PIDs(cl.UID)[procEtcd]) })
+
+	for _, proc := range []string{procAPIServer, procEtcd, procControllerManager} {
 		t.Run("kill -9 "+proc, func(t *testing.T) {
 			before, _ := h.b.Ensure(t.Context(), cl, "1.37.1")
 			pid := h.b.PIDs(cl.UID)[proc]
 			require.NotZero(t, pid)
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-			down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
-			assert.Equal(t, backend.ReasonRestarting, down.Reason)
-			assert.Contains(t, down.Message, proc+" exited (signal: killed)")
-			up := h.await(cl, "Ready again", ready)
+			if proc == procControllerManager {
+				down := h.await(cl, "controller manager not Ready after the kill", func(s backend.State) bool { return !s.ControllerManager.Ready })
+				assert.Equal(t, backend.ReasonRestarting, down.ControllerManager.Reason)
+				assert.Contains(t, down.ControllerManager.Message, proc+" exited (signal: killed)")
+				assert.True(t, down.Ready, "the API server serves on")
+			} else {
+				down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
+				assert.Equal(t, backend.ReasonRestarting, down.Reason)
+				assert.Contains(t, down.Message, proc+" exited (signal: killed)")
+			}
+			up := h.await(cl, "complete again", complete)
 			assert.Equal(t, before.Restarts+1, up.Restarts)
 			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc], "a new process")
 			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
@@ -214,7 +229,7 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 		assert.False(t, portOpen(endpoint))
 		h2 := startBackend(outer, stateDir, 1, cl)
-		s := h2.await(cl, "Ready after adoption", ready)
+		s := h2.await(cl, "complete after adoption", complete)
 		assert.Equal(t, endpoint, s.Endpoint, "same port")
 		cfg, err := h2.b.AdminConfig(t.Context(), cl)
 		require.NoError(t, err)

@@ -33,12 +33,20 @@ const (
 	adminKeyFile    = "admin.key"
 	saKeyFile       = "sa.key"
 	saPubFile       = "sa.pub"
+	// The controller manager's client certificate (its identity in the cluster) and serving
+	// certificate (its health and metrics port on the loopback).
+	kcmClientCertFile  = "kube-controller-manager.crt"
+	kcmClientKeyFile   = "kube-controller-manager.key"
+	kcmServingCertFile = "kube-controller-manager-serving.crt"
+	kcmServingKeyFile  = "kube-controller-manager-serving.key"
 )
 
-// The identity of the operator's client certificate in every local cluster.
+// The identities of the client certificates in every local cluster: the operator's and the
+// controller manager's (bound by the API server's bootstrap RBAC policy).
 const (
 	adminUser  = "openmcp:cluster-provider"
 	adminGroup = "system:masters"
+	kcmUser    = "system:kube-controller-manager"
 )
 
 // Lifetimes. The CA (certutil's default, 10 years) outlives any cluster; leaf certificates are re-issued at every start of the
@@ -57,6 +65,8 @@ type pki struct {
 	CAPEM []byte
 	// AdminCertPEM and AdminKeyPEM authenticate the operator as adminUser in system:masters.
 	AdminCertPEM, AdminKeyPEM []byte
+	// KCMCertPEM and KCMKeyPEM authenticate the controller manager as kcmUser.
+	KCMCertPEM, KCMKeyPEM []byte
 }
 
 // loadOrCreatePKI reads the cluster's CA, admin certificate and service-account key pair from
@@ -80,8 +90,22 @@ func loadOrCreatePKI(dir string, hosts []string) (*pki, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the admin certificate in %s: %w", dir, err)
 	}
+	p.KCMCertPEM, p.KCMKeyPEM, err = p.loadOrIssue(kcmClientCertFile, kcmClientKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
+		return p.issue(pkix.Name{CommonName: kcmUser}, nil, x509.ExtKeyUsageClientAuth)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the controller manager's certificate in %s: %w", dir, err)
+	}
 	if err := p.issueServing(hosts); err != nil {
 		return nil, fmt.Errorf("the serving certificate in %s: %w", dir, err)
+	}
+	kcmCert, kcmKey, err := p.issue(pkix.Name{CommonName: "kube-controller-manager"},
+		&sans{ips: []net.IP{net.ParseIP("127.0.0.1")}, dns: []string{"localhost"}}, x509.ExtKeyUsageServerAuth)
+	if err == nil {
+		err = p.write(kcmServingCertFile, kcmServingKeyFile, kcmCert, kcmKey)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the controller manager's serving certificate in %s: %w", dir, err)
 	}
 	return p, nil
 }

@@ -78,6 +78,10 @@ func TestLoadOrCreatePKIFileModes(t *testing.T) {
 		{servingCertFile, 0o644},
 		{adminCertFile, 0o644},
 		{saPubFile, 0o644},
+		{kcmClientKeyFile, 0o600},
+		{kcmServingKeyFile, 0o600},
+		{kcmClientCertFile, 0o644},
+		{kcmServingCertFile, 0o644},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			fi, err := os.Stat(filepath.Join(dir, tc.file))
@@ -93,7 +97,8 @@ func TestLoadOrCreatePKIFileModes(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	assert.ElementsMatch(t, []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile},
+	assert.ElementsMatch(t, []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile,
+		kcmClientCertFile, kcmClientKeyFile, kcmServingCertFile, kcmServingKeyFile},
 		names, "no temporary or extra files")
 }
 
@@ -205,6 +210,26 @@ func TestLoadOrCreatePKIAdminCert(t *testing.T) {
 	ca := readCert(t, dir, caCertFile)
 	assert.True(t, ca.IsCA)
 	assert.NoError(t, cert.CheckSignatureFrom(ca))
+}
+
+func TestLoadOrCreatePKIControllerManagerCerts(t *testing.T) {
+	dir := t.TempDir()
+	p, err := loadOrCreatePKI(dir, []string{"10.1.2.3"})
+	require.NoError(t, err)
+	roots := caPool(t, dir)
+
+	client := readCert(t, dir, kcmClientCertFile)
+	assert.Equal(t, "system:kube-controller-manager", client.Subject.CommonName, "the identity the bootstrap RBAC policy binds")
+	assert.Empty(t, client.Subject.Organization, "not in system:masters")
+	_, err = client.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	assert.NoError(t, err)
+	_, err = tls.X509KeyPair(p.KCMCertPEM, p.KCMKeyPEM)
+	assert.NoError(t, err, "KCMKeyPEM belongs to KCMCertPEM")
+
+	serving := readCert(t, dir, kcmServingCertFile)
+	_, err = serving.Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	assert.NoError(t, err, "serves the loopback, whatever the advertise host")
+	assert.Equal(t, []string{"127.0.0.1"}, ipStrings(serving.IPAddresses))
 }
 
 func TestLoadOrCreatePKISecondCall(t *testing.T) {

@@ -8,9 +8,12 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// process is one running child (etcd or kube-apiserver).
+// process is one running child (etcd, kube-apiserver or kube-controller-manager).
 type process struct {
 	cmd  *exec.Cmd
 	log  *os.File
@@ -18,9 +21,9 @@ type process struct {
 	err  error         // Wait's result, set before done closes
 }
 
-// startProcess starts bin with args and extra environment entries, its output appended to
-// logPath.
-func startProcess(bin string, args, env []string, logPath string) (*process, error) {
+// startProcess starts bin with args and extra environment entries in the working directory
+// workDir, its output appended to logPath.
+func startProcess(bin string, args, env []string, workDir, logPath string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
@@ -31,6 +34,7 @@ func startProcess(bin string, args, env []string, logPath string) (*process, err
 	fmt.Fprintf(log, "==> %s starting %s\n", time.Now().UTC().Format(time.RFC3339), filepath.Base(bin))
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = workDir
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
@@ -69,3 +73,18 @@ func (p *process) stop(grace time.Duration) {
 
 // pid is the process's ID.
 func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// writeKubeconfig writes a kubeconfig (0600) that reaches server, verified by caPEM, as the client
+// certificate certPEM with keyPEM.
+func writeKubeconfig(path, server string, caPEM, certPEM, keyPEM []byte) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["local"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts["local"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "local"}
+	cfg.CurrentContext = "local"
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, data, 0o600)
+}

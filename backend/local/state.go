@@ -8,21 +8,30 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
-// The layout of a cluster's folder, <state-dir>/<Cluster UID>/. The folder is 0700.
+// The layout of a cluster's folder, <state-dir>/<Cluster UID>/. The folder is 0700: only the
+// operator's user reaches what is in it, etcd's sockets included.
 const (
 	metaFile       = "cluster.json"      // meta, written atomically
 	pkiDir         = "pki"               // certificates and keys (pki.go)
 	etcdDataDir    = "etcd"              // etcd's data
 	authConfigFile = authconfig.FileName // the structured authentication config
-	logDir         = "logs"              // etcd.log, kube-apiserver.log
-	etcdLogFile    = "etcd.log"          //
+	// etcdSocket and etcdPeerSocket are etcd's client and peer listeners: unix sockets, named
+	// relative to the folder (every process of the cluster runs in it), so the length limit of a
+	// socket path (108 bytes) binds only the operator's own health check (maxStateDirLen).
+	etcdSocket     = "etcd.sock"
+	etcdPeerSocket = "etcd-peer.sock"
+	kcmKubeconfig  = "kube-controller-manager.kubeconfig" // its credentials, 0600
+	logDir         = "logs"                               // one log file per process
+	etcdLogFile    = "etcd.log"
 	apiLogFile     = "kube-apiserver.log"
+	kcmLogFile     = "kube-controller-manager.log"
 )
 
 // meta is what a cluster's folder records about it, so that the cluster can be adopted again after
@@ -35,13 +44,16 @@ type meta struct {
 	// Version is the Kubernetes version the cluster was created with.
 	Version string `json:"version"`
 	Ports   ports  `json:"ports"`
+	// DataLost, when set, is when the cluster was created anew because its folder was gone
+	// although the Cluster had run before (a lost volume).
+	DataLost *time.Time `json:"dataLost,omitempty"`
 }
 
-// ports are a cluster's TCP ports on the loopback (etcd) or the advertise host (API server).
+// ports are a cluster's TCP ports: the API server's on the advertise host, the controller
+// manager's (health and metrics) on the loopback. etcd has none: it listens on unix sockets.
 type ports struct {
-	APIServer int `json:"apiServer"`
-	Etcd      int `json:"etcd"`
-	EtcdPeer  int `json:"etcdPeer"`
+	APIServer         int `json:"apiServer"`
+	ControllerManager int `json:"controllerManager"`
 }
 
 func readMeta(dir string) (meta, error) {
@@ -117,6 +129,5 @@ func (a *portAllocator) keep(port int) (p int, changed bool, err error) {
 
 func (a *portAllocator) release(ps ports) {
 	delete(a.taken, ps.APIServer)
-	delete(a.taken, ps.Etcd)
-	delete(a.taken, ps.EtcdPeer)
+	delete(a.taken, ps.ControllerManager)
 }

@@ -19,7 +19,7 @@ func TestMetaRoundTrip(t *testing.T) {
 	}{
 		{"full", meta{
 			UID: "6c1f7d1e-2b7a-4d39-9a4c-1f2e3d4c5b6a", Namespace: "ns", Name: "cl", Profile: "default.test.local",
-			Version: "1.30.2", Ports: ports{APIServer: 40001, Etcd: 40002, EtcdPeer: 40003},
+			Version: "1.30.2", Ports: ports{APIServer: 40001, ControllerManager: 40002},
 		}},
 		{"pre-release, no ports yet", meta{UID: "u", Version: "1.36.0-alpha.1"}},
 	} {
@@ -47,12 +47,26 @@ func TestMetaRoundTrip(t *testing.T) {
 
 func TestMetaJSONNames(t *testing.T) {
 	dir := t.TempDir()
-	require.NoError(t, writeMeta(dir, meta{UID: "u1", Version: "1.30.2", Ports: ports{APIServer: 1, Etcd: 2, EtcdPeer: 3}}))
+	require.NoError(t, writeMeta(dir, meta{UID: "u1", Version: "1.30.2", Ports: ports{APIServer: 1, ControllerManager: 2}}))
 	data, err := os.ReadFile(filepath.Join(dir, metaFile))
 	require.NoError(t, err)
-	for _, key := range []string{`"uid": "u1"`, `"version": "1.30.2"`, `"apiServer": 1`, `"etcd": 2`, `"etcdPeer": 3`} {
+	for _, key := range []string{`"uid": "u1"`, `"version": "1.30.2"`, `"apiServer": 1`, `"controllerManager": 2`} {
 		assert.Contains(t, string(data), key)
 	}
+	assert.NotContains(t, string(data), "dataLost", "only a cluster re-created after a loss records one")
+}
+
+// TestMetaOfAnEarlierRelease reads the record an earlier release wrote (etcd on TCP ports, no
+// controller manager): the cluster is adopted with its API server's port.
+func TestMetaOfAnEarlierRelease(t *testing.T) {
+	dir := t.TempDir()
+	old := `{"uid": "u1", "namespace": "ns", "name": "cl", "profile": "p", "version": "1.37.1",
+  "ports": {"apiServer": 40001, "etcd": 40002, "etcdPeer": 40003}}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, metaFile), []byte(old), 0o600))
+	m, err := readMeta(dir)
+	require.NoError(t, err)
+	assert.Equal(t, ports{APIServer: 40001}, m.Ports)
+	assert.Equal(t, "1.37.1", m.Version)
 }
 
 func TestReadMetaErrors(t *testing.T) {
@@ -101,7 +115,7 @@ func TestPortAllocatorAllocate(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, first, second)
 
-	a.release(ports{APIServer: first, Etcd: second})
+	a.release(ports{APIServer: first, ControllerManager: second})
 	assert.False(t, a.taken[first])
 	assert.False(t, a.taken[second])
 	assert.Len(t, a.taken, 20)

@@ -22,6 +22,10 @@ const (
 	ConditionProvisioned = "Provisioned"
 	// ConditionAPIServerReady says whether the cluster's API server serves requests.
 	ConditionAPIServerReady = "APIServerReady"
+	// ConditionControllerManagerReady says whether the cluster's kube-controller-manager runs its
+	// controllers (for a backend that supervises it: local). Without it the cluster is incomplete:
+	// aggregated roles stay empty, namespaces never finish deleting.
+	ConditionControllerManagerReady = "ControllerManagerReady"
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
 )
@@ -46,6 +50,9 @@ const (
 	ReasonReady = "Ready"
 	// ReasonProcessRestarted: a process of the cluster exited and is restarted (Event only).
 	ReasonProcessRestarted = "ProcessRestarted"
+	// ReasonDataLost: the cluster was created anew, empty, because its data was gone (condition
+	// Provisioned, and a Warning Event).
+	ReasonDataLost = "DataLost"
 )
 
 func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason, message string) {
@@ -56,10 +63,14 @@ func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason
 	kit.SetCondition(&cl.Status.Status, cl.Generation, condType, status, reason, message)
 }
 
-// setNotProvisioned records why nothing runs for cl. The API server cannot be ready either.
+// setNotProvisioned records why nothing runs for cl. The API server and the controller manager
+// cannot be ready either.
 func setNotProvisioned(cl *clustersv1alpha1.Cluster, reason, message string) {
 	setCondition(cl, ConditionProvisioned, false, reason, message)
 	setCondition(cl, ConditionAPIServerReady, false, reason, "No cluster runs: see condition Provisioned.")
+	if meta.FindStatusCondition(cl.Status.Conditions, ConditionControllerManagerReady) != nil {
+		setCondition(cl, ConditionControllerManagerReady, false, reason, "No cluster runs: see condition Provisioned.")
+	}
 }
 
 // setState records what the backend observes of cl's cluster: conditions, endpoints and the
@@ -69,9 +80,18 @@ func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backe
 		setNotProvisioned(cl, s.Reason, s.Message)
 		return nil
 	}
-	setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
-		fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, version))
+	if s.DataLost != "" {
+		setCondition(cl, ConditionProvisioned, true, ReasonDataLost, s.DataLost)
+	} else {
+		setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
+			fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, version))
+	}
 	setCondition(cl, ConditionAPIServerReady, s.Ready, s.Reason, s.Message)
+	if p := s.ControllerManager; p != nil {
+		setCondition(cl, ConditionControllerManagerReady, p.Ready, p.Reason, p.Message)
+	} else {
+		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionControllerManagerReady)
+	}
 	cl.Status.APIServer = s.Endpoint
 	cl.Status.Endpoints = cl.Status.Endpoints[:0]
 	for name, url := range s.Endpoints {
@@ -93,6 +113,18 @@ func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backe
 		cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
 	}
 	return nil
+}
+
+// readyMessage says what serves in a Ready cluster: the API server's condition message, and the
+// controller manager's where the backend reports one.
+func readyMessage(cl *clustersv1alpha1.Cluster) string {
+	var parts []string
+	for _, t := range []string{ConditionAPIServerReady, ConditionControllerManagerReady} {
+		if c := meta.FindStatusCondition(cl.Status.Conditions, t); c != nil {
+			parts = append(parts, c.Message)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // setWaitingForFinalizers records a deletion that waits for the finalizers of other controllers.

@@ -38,10 +38,54 @@ func TestSetState(t *testing.T) {
 		wantAPIReason  string
 		wantEndpoints  []clustersv1alpha1.Endpoint
 		wantProvStatus string
+		// wantKCM is the ControllerManagerReady condition's status, "" for none.
+		wantKCM       metav1.ConditionStatus
+		wantKCMReason string
 	}{
 		{
 			name: "ready", state: ready, wantPhase: common.PhaseReady,
 			wantProv: metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
+			wantProvStatus: `{"backend":"local","restarts":2}`,
+		},
+		{
+			name: "API server ready, controller manager starting: not Ready",
+			state: func() backend.State {
+				s := ready
+				s.ControllerManager = &backend.Part{Reason: backend.ReasonStarting, Message: "starts"}
+				return s
+			}(),
+			wantPhase: common.PhaseProgressing,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
+			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantKCM:        metav1.ConditionFalse, wantKCMReason: backend.ReasonStarting,
+		},
+		{
+			name: "complete",
+			state: func() backend.State {
+				s := ready
+				s.ControllerManager = &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: "runs"}
+				return s
+			}(),
+			wantPhase: common.PhaseReady,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
+			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantKCM:        metav1.ConditionTrue, wantKCMReason: backend.ReasonRunning,
+		},
+		{
+			name: "re-created after its data was lost: Ready, and says so",
+			state: func() backend.State {
+				s := ready
+				s.DataLost = "the folder was gone"
+				return s
+			}(),
+			wantPhase: common.PhaseReady,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonDataLost,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
 			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
 			wantProvStatus: `{"backend":"local","restarts":2}`,
@@ -75,6 +119,12 @@ func TestSetState(t *testing.T) {
 			assert.Equal(t, tt.wantAPI, a.Status)
 			assert.Equal(t, tt.wantAPIReason, a.Reason)
 			assert.Equal(t, tt.wantEndpoints, cl.Status.Endpoints)
+			if k := meta.FindStatusCondition(cl.Status.Conditions, ConditionControllerManagerReady); tt.wantKCM == "" {
+				assert.Nil(t, k, "no controller manager reported, no condition")
+			} else if assert.NotNil(t, k) {
+				assert.Equal(t, tt.wantKCM, k.Status)
+				assert.Equal(t, tt.wantKCMReason, k.Reason)
+			}
 			if tt.wantProvStatus == "" {
 				assert.Nil(t, cl.Status.ProviderStatus)
 			} else {
@@ -83,6 +133,17 @@ func TestSetState(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestSetNotProvisionedKeepsControllerManagerFalse(t *testing.T) {
+	cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	require.NoError(t, setState(cl, "local", "1.37.1", backend.State{Ready: true, Reason: backend.ReasonRunning,
+		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}))
+	setNotProvisioned(cl, backend.ReasonBackendStarting, "adopting")
+	finish(cl)
+	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase)
+	assert.Equal(t, metav1.ConditionFalse, condition(t, cl, ConditionControllerManagerReady).Status)
+	assert.Contains(t, readyMessage(cl), "No cluster runs")
 }
 
 func TestSetNotProvisionedAndDeletion(t *testing.T) {

@@ -140,9 +140,8 @@ func TestClusterLifecycle(t *testing.T) {
 	require.NotNil(t, cl.Status.ProviderStatus)
 	assert.Contains(t, string(cl.Status.ProviderStatus.Raw), `"backend":"local"`)
 	assert.Contains(t, cl.Finalizers, kit.Finalizer(testProvider))
-	require.Eventually(t, func() bool {
-		return env.HasEvent(t, cl.Name, cluster.ReasonProvisioned) && env.HasEvent(t, cl.Name, cluster.ReasonReady)
-	}, readyWithin, poll, "Provisioned and Ready Events")
+	env.AwaitEvent(t, cl, cluster.ReasonProvisioned)
+	env.AwaitEvent(t, cl, cluster.ReasonReady)
 
 	// The endpoint answers /version with the chosen version, and the operator is admin there.
 	version, err := adminClient(t, op, cl).Discovery().ServerVersion()
@@ -171,7 +170,7 @@ func TestClusterLifecycle(t *testing.T) {
 			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonCapacityExhausted)
 		})
 		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "--local-max-clusters")
-		require.Eventually(t, func() bool { return env.HasEvent(t, c2.Name, backend.ReasonCapacityExhausted) }, readyWithin, poll)
+		env.AwaitEvent(t, c2, backend.ReasonCapacityExhausted)
 		require.NoError(t, env.Client.Delete(ctx, c2))
 		gone(t, c2)
 	})
@@ -220,7 +219,8 @@ func TestClusterLifecycle(t *testing.T) {
 		assert.NoDirExists(t, op.Local.Dir(cl.UID))
 		_, err := http.Get(cl.Status.APIServer) //nolint:noctx // a refused connection is the point
 		assert.Error(t, err, "the port is closed")
-		assert.True(t, env.HasEvent(t, cl.Name, cluster.ReasonDeleted))
+		// Emitted after the finalizer's removal, which let the Cluster go.
+		env.AwaitEvent(t, cl, cluster.ReasonDeleted)
 	})
 
 	t.Run("the name reused gets a fresh cluster", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
@@ -126,7 +127,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 func (r *Reconciler) writeStatus(ctx context.Context, cl, base *clustersv1alpha1.Cluster, set func()) (reconcile.Result, error) {
 	set()
 	finish(cl)
-	r.events(cl, base.Status.Conditions)
+	r.events(cl, base.Status.Conditions, base.Status.Phase)
 	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, cl, statusOf); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
 	}
@@ -134,21 +135,24 @@ func (r *Reconciler) writeStatus(ctx context.Context, cl, base *clustersv1alpha1
 }
 
 // events emits an Event for every condition change worth one.
-func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condition) {
+func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condition, wasPhase string) {
 	if changed, c := transition(before, cl.Status.Conditions, ConditionProvisioned); changed {
-		if c.Status == metav1.ConditionTrue {
+		switch {
+		case c.Reason == ReasonDataLost:
+			r.Event(cl, "Warning", ReasonDataLost, "Provision", "%s", c.Message)
+		case c.Status == metav1.ConditionTrue:
 			r.Event(cl, "Normal", ReasonProvisioned, "Provision", "%s", c.Message)
-		} else if c.Reason != backend.ReasonBackendStarting {
+		case c.Reason != backend.ReasonBackendStarting:
 			r.Event(cl, "Warning", c.Reason, "Provision", "%s", c.Message)
 		}
 	}
-	if changed, c := transition(before, cl.Status.Conditions, ConditionAPIServerReady); changed {
-		switch {
-		case c.Status == metav1.ConditionTrue:
-			r.Event(cl, "Normal", ReasonReady, "Ready", "%s", c.Message)
-		case c.Reason == backend.ReasonRestarting:
+	for _, condType := range []string{ConditionAPIServerReady, ConditionControllerManagerReady} {
+		if changed, c := transition(before, cl.Status.Conditions, condType); changed && c.Reason == backend.ReasonRestarting {
 			r.Event(cl, "Warning", ReasonProcessRestarted, "Restart", "%s", c.Message)
 		}
+	}
+	if cl.Status.Phase == common.PhaseReady && wasPhase != common.PhaseReady {
+		r.Event(cl, "Normal", ReasonReady, "Ready", "%s", readyMessage(cl))
 	}
 }
 
