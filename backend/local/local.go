@@ -228,8 +228,8 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 				b.log.Error(err, "Recreating the cluster's record; its data is kept", "dir", dir)
 			}
 			m = meta{UID: cl.UID, Version: version}
-			if lost := folderLost(dir, cl); lost != nil {
-				m.DataLost = lost
+			if lost, ps := folderLost(dir, cl); lost != nil {
+				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
 				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 			}
 		}
@@ -245,19 +245,19 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 	return in.state(), nil
 }
 
-// folderLost returns now if cl's folder dir is gone although the cluster ran here before: the
-// Cluster's status holds this backend's provider status, which is written only once its folder
-// exists.
-func folderLost(dir string, cl *clustersv1alpha1.Cluster) *time.Time {
+// folderLost returns now and the ports the cluster had if cl's folder dir is gone although the
+// cluster ran here before: the Cluster's status holds this backend's provider status, which is
+// written only once its folder exists.
+func folderLost(dir string, cl *clustersv1alpha1.Cluster) (*time.Time, ports) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) || cl.Status.ProviderStatus == nil {
-		return nil
+		return nil, ports{}
 	}
 	var ps providerStatus
 	if json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
-		return nil
+		return nil, ports{}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	return &now
+	return &now, ps.Ports
 }
 
 // runLocked prepares the folder of a cluster (ports, certificates, authentication config, its

@@ -41,6 +41,9 @@ const (
 	ReasonGrantFailed = "GrantFailed"
 	// ReasonRevoking: the request is being deleted; its access is being removed from the cluster.
 	ReasonRevoking = "Revoking"
+	// ReasonClusterRecreated: the cluster was created anew after its data was lost; the access is
+	// granted again with a new kubeconfig (Event only).
+	ReasonClusterRecreated = "ClusterRecreated"
 )
 
 // setPending keeps the request Pending with the reason it waits for.

@@ -49,7 +49,7 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 		return r.deny(ctx, ar, g.base, ReasonOIDCNotSupported, fmt.Sprintf("backend %q cannot make its clusters trust OIDC issuers; request spec.token instead", r.BackendName))
 	}
 	c := oidcConfig(ar)
-	if g.granted && intact(g.secret, g.cfg.Host) && r.discovery().reachable(r.OIDC)(c.Issuer) == nil {
+	if g.granted && intact(g.secret, g.cfg.Host, g.cfg.CAData) && r.discovery().reachable(r.OIDC)(c.Issuer) == nil {
 		// Granted and its issuer still answers; looked at again after oidcRecheck. An issuer
 		// that stopped answering falls through: it leaves the cluster's configuration (which its
 		// API server could not reload otherwise) and the request goes back to Pending.

@@ -15,7 +15,7 @@ import (
 // into the Secret when it is missing, edited or due for rotation.
 func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result, error) {
 	ar := g.ar
-	created, expires, valid := validity(g.secret, g.cfg.Host)
+	created, expires, valid := validity(g.secret, g.cfg.Host, g.cfg.CAData)
 	if g.granted && valid && g.now.Before(rotateAt(created, expires)) {
 		res, err := r.granted(ctx, g, grantedMessage(ar, expires))
 		res.RequeueAfter = rotateAt(created, expires).Sub(g.now)

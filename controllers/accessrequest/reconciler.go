@@ -149,8 +149,15 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	// reconcile that reads a Secret the informer delivered, but a request from before the status
 	// write, does not grant a second time, and a grant cut off between the two writes is finished
 	// by writing the status.
-	g.granted = !full && (grantedForGeneration(ar) ||
-		intact(g.secret, g.cfg.Host) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
+	recreated := otherCA(g.secret, g.cfg.CAData)
+	if recreated {
+		log.FromContext(ctx).Info("The Cluster's cluster was created anew (its data was lost); granting the access again", "cluster", clusterKey(ar))
+		r.Event(ar, corev1.EventTypeWarning, ReasonClusterRecreated, "Grant",
+			"Cluster %s was created anew, empty (its data was lost): the access is granted again and Secret %s gets a new kubeconfig; the old one no longer works",
+			clusterKey(ar), SecretName(ar.Name))
+	}
+	g.granted = !full && !recreated && (grantedForGeneration(ar) ||
+		intact(g.secret, g.cfg.Host, g.cfg.CAData) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
 	if ar.Spec.OIDC != nil {
 		return r.grantOIDC(ctx, g)
 	}

@@ -1,6 +1,7 @@
 package accessrequest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -123,17 +124,25 @@ func checksum(data map[string][]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// intact reports whether s is a kubeconfig Secret this provider wrote for the cluster at host and
-// nobody edited since (its data matches the checksum).
-func intact(s *corev1.Secret, host string) bool {
-	return s != nil && s.Annotations[AnnotationChecksum] == checksum(s.Data) && string(s.Data[clustersv1alpha1.SecretKeyHost]) == host
+// intact reports whether s is a kubeconfig Secret this provider wrote for the cluster at host,
+// verified by ca, and nobody edited since (its data matches the checksum). A cluster created anew
+// (its data lost) has a new CA: its old Secrets are not intact.
+func intact(s *corev1.Secret, host string, ca []byte) bool {
+	return s != nil && s.Annotations[AnnotationChecksum] == checksum(s.Data) && string(s.Data[clustersv1alpha1.SecretKeyHost]) == host &&
+		bytes.Equal(s.Data[clustersv1alpha1.SecretKeyCACert], ca)
+}
+
+// otherCA reports whether s holds the CA of another cluster than the one ca verifies: the cluster
+// behind the same Cluster resource was created anew, and nothing granted in the old one is left.
+func otherCA(s *corev1.Secret, ca []byte) bool {
+	return s != nil && len(s.Data[clustersv1alpha1.SecretKeyCACert]) > 0 && !bytes.Equal(s.Data[clustersv1alpha1.SecretKeyCACert], ca)
 }
 
 // validity reads the token validity of a kubeconfig Secret this provider wrote for the cluster at
-// host. ok is false when the Secret is not intact or lacks the timestamps: it must then be
+// host, verified by ca. ok is false when the Secret is not intact or lacks the timestamps: it must then be
 // written anew.
-func validity(s *corev1.Secret, host string) (created, expires time.Time, ok bool) {
-	if !intact(s, host) {
+func validity(s *corev1.Secret, host string, ca []byte) (created, expires time.Time, ok bool) {
+	if !intact(s, host, ca) {
 		return time.Time{}, time.Time{}, false
 	}
 	c, err1 := strconv.ParseInt(string(s.Data[clustersv1alpha1.SecretKeyCreationTimestamp]), 10, 64)

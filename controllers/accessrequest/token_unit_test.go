@@ -127,19 +127,22 @@ func TestSecretDataAndValidity(t *testing.T) {
 		name   string
 		secret *corev1.Secret
 		host   string
+		ca     string
 		ok     bool
 	}{
-		{"as written", secret(nil), a.Host, true},
-		{"missing", nil, a.Host, false},
-		{"another cluster", secret(nil), "https://127.0.0.1:7443", false},
-		{"a key edited", secret(func(s *corev1.Secret) { s.Data[clustersv1alpha1.SecretKeyToken] = []byte("x") }), a.Host, false},
-		{"a key removed", secret(func(s *corev1.Secret) { delete(s.Data, clustersv1alpha1.SecretKeyKubeconfig) }), a.Host, false},
-		{"a key added", secret(func(s *corev1.Secret) { s.Data["extra"] = nil }), a.Host, false},
-		{"no checksum", secret(func(s *corev1.Secret) { s.Annotations = nil }), a.Host, false},
+		{"as written", secret(nil), a.Host, "ca", true},
+		{"missing", nil, a.Host, "ca", false},
+		{"another cluster", secret(nil), "https://127.0.0.1:7443", "ca", false},
+		{"the cluster created anew (a new CA)", secret(nil), a.Host, "new ca", false},
+		{"a key edited", secret(func(s *corev1.Secret) { s.Data[clustersv1alpha1.SecretKeyToken] = []byte("x") }), a.Host, "ca", false},
+		{"a key removed", secret(func(s *corev1.Secret) { delete(s.Data, clustersv1alpha1.SecretKeyKubeconfig) }), a.Host, "ca", false},
+		{"a key added", secret(func(s *corev1.Secret) { s.Data["extra"] = nil }), a.Host, "ca", false},
+		{"no checksum", secret(func(s *corev1.Secret) { s.Annotations = nil }), a.Host, "ca", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, e, ok := validity(tt.secret, tt.host)
+			assert.Equal(t, tt.ca != "ca" && tt.secret != nil, otherCA(tt.secret, []byte(tt.ca)), "otherCA")
+			c, e, ok := validity(tt.secret, tt.host, []byte(tt.ca))
 			assert.Equal(t, tt.ok, ok)
 			if tt.ok {
 				assert.True(t, c.Equal(created))
