@@ -69,6 +69,12 @@ bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/ben
 fuzz: ## Fuzz the selector decoder for FUZZTIME (default 30s).
 	go test ./api/clusters/v1alpha1 -run '^$$' -fuzz FuzzSelector -fuzztime $${FUZZTIME:-30s}
 
+E2E_TEST := $(ENVTEST_ASSETS)/e2e.test
+
+.PHONY: conformance
+conformance: envtest $(E2E_TEST) ## Upstream [Conformance] tests against a local cluster of the operator (docs/conformance.md; about an hour).
+	ENVTEST_ASSETS=$(ENVTEST_ASSETS) E2E_TEST=$(E2E_TEST) hack/conformance.sh
+
 .PHONY: run
 run: envtest ## Run the operator locally: a control plane in .run/ (or $KUBECONFIG's), CRDs, samples.
 	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/run.sh
@@ -103,6 +109,10 @@ $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) &:
 
 $(ETCD):
 	hack/build-envtest.sh etcd $(ETCD_VERSION) $@
+
+# The upstream e2e suite of the served version, for `make conformance` only (not in `make test`).
+$(E2E_TEST):
+	hack/build-envtest.sh e2e.test $(K8S_VERSION) $@
 
 # envtest only needs kubectl for its optional helpers; link the one on the PATH when present.
 $(ENVTEST_ASSETS)/kubectl:

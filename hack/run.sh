@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: the operator in the foreground against a local control plane.
 #
-# The operator's local backend runs each Cluster's kube-apiserver and etcd from the same binaries,
+# The operator's local backend runs each Cluster's etcd, kube-apiserver and kube-controller-manager
+# from the same binaries,
 # with their state in .run/clusters/ (kept across restarts like the rest of .run/).
 #
 # Without KUBECONFIG it starts etcd and kube-apiserver (cmd/devcluster, with the envtest binaries
@@ -11,13 +12,13 @@
 # SIGTERM), which stops the operator and the control plane and checks that none of their
 # processes is left.
 #
-# Environment: ENVTEST_ASSETS (required; `make run` sets it), KUBECONFIG, PROVIDER_NAME (local),
+# Environment: ENVTEST_ASSETS (required; `make run` sets it), RUN_DIR (.run), KUBECONFIG, PROVIDER_NAME (local),
 # METRICS_BIND_ADDRESS (127.0.0.1:8080), HEALTH_PROBE_BIND_ADDRESS (127.0.0.1:8081), RUN_ARGS
 # (more flags for `cluster-provider run`, e.g. --zap-log-level=debug).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-run_dir=$root/.run
+run_dir=${RUN_DIR:-$root/.run}
 bin=$run_dir/bin
 assets=${ENVTEST_ASSETS:?set ENVTEST_ASSETS to the folder of the envtest binaries (make run does)}
 provider=${PROVIDER_NAME:-local}

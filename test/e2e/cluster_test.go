@@ -66,21 +66,38 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	pids := clusterPIDs(t, clusterDir)
-	require.Len(t, pids, 2, "etcd and kube-apiserver of %s", clusterDir)
+	require.Len(t, pids, 3, "etcd, kube-apiserver and kube-controller-manager of %s", clusterDir)
 
 	// The README's walkthrough: the sample AccessRequest, its kubeconfig used by kubectl.
 	ar := readSample(t, "accessrequest.yaml", &clustersv1alpha1.AccessRequest{})
 	ar.Namespace, ar.Spec.ClusterRef.Namespace, ar.Spec.ClusterRef.Name = cl.Namespace, cl.Namespace, cl.Name
 	require.NoError(t, env.Client.Create(ctx, ar))
 	kubeconfigFile := waitKubeconfig(t, ar)
-	out, err := kubectl(t, kubeconfigFile, "get", "namespaces")
-	require.NoError(t, err, "%s", out)
+	kubectlPath(t) // skips the test without kubectl, from the test's goroutine
+	// What the request grants is awaited: the cluster's API server authorizes with the RBAC
+	// objects its informers have seen, which may lag behind the grant's writes.
+	var out string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var err error
+		out, err = kubectl(t, kubeconfigFile, "get", "namespaces")
+		require.NoError(c, err, "%s", out)
+	}, convergeWithin, poll, "kubectl get namespaces")
 	assert.Contains(t, out, "sample-apps", "the permission's namespace was created")
-	out, err = kubectl(t, kubeconfigFile, "-n", "sample-apps", "create", "configmap", "mine")
-	require.NoError(t, err, "%s", out)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := kubectl(t, kubeconfigFile, "-n", "sample-apps", "create", "configmap", "mine")
+		require.NoError(c, err, "%s", out)
+	}, convergeWithin, poll, "kubectl create configmap in sample-apps")
 	out, err = kubectl(t, kubeconfigFile, "create", "namespace", "not-allowed")
 	require.Error(t, err)
 	assert.Contains(t, out, "forbidden")
+	// The stock ClusterRole view, aggregated by the cluster's kube-controller-manager.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := kubectl(t, kubeconfigFile, "get", "pods", "--all-namespaces")
+		require.NoError(c, err, "%s", out)
+	}, convergeWithin, poll, "kubectl get pods -A with view")
+	out, err = kubectl(t, kubeconfigFile, "auth", "can-i", "list", "deployments.apps", "--all-namespaces")
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "yes", strings.TrimSpace(out), "view covers deployments")
 
 	require.NoError(t, op.cmd.Process.Kill())
 	<-op.done
@@ -101,8 +118,12 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	}, clusterReadyWithin, poll, "the adopted cluster answers on %s with its data", endpoint)
 	again := waitReady(t, cl)
 	assert.Equal(t, endpoint, again.Status.APIServer, "same endpoint")
-	out, err = kubectl(t, kubeconfigFile, "-n", "sample-apps", "get", "configmap", "mine")
-	assert.NoError(t, err, "the granted kubeconfig works after the restart: %s", out)
+	// The Cluster's status may still be the one from before the kill; the restarted API server
+	// authorizes the token once its RBAC informers have synced.
+	assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := kubectl(t, kubeconfigFile, "-n", "sample-apps", "get", "configmap", "mine")
+		assert.NoError(c, err, "the granted kubeconfig works after the restart: %s", out)
+	}, clusterReadyWithin, poll)
 
 	require.NoError(t, env.Client.Delete(ctx, cl))
 	require.Eventually(t, func() bool {
@@ -188,10 +209,18 @@ func waitKubeconfig(t *testing.T, ar *clustersv1alpha1.AccessRequest) string {
 // kubectl runs the kubectl on the PATH with kubeconfig and returns its combined output.
 func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
 	t.Helper()
+	out, err := exec.CommandContext(t.Context(), kubectlPath(t), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// kubectlPath is the kubectl on the PATH; without one the test is skipped. A goroutine other than
+// the test's (an Eventually condition) may call kubectl only once the test's goroutine has called
+// kubectlPath: Skip works from the test's goroutine only.
+func kubectlPath(t *testing.T) string {
+	t.Helper()
 	path, err := exec.LookPath("kubectl")
 	if err != nil {
 		t.Skip("kubectl is not on the PATH; the walkthrough needs it")
 	}
-	out, err := exec.CommandContext(t.Context(), path, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
-	return string(out), err
+	return path
 }

@@ -1,0 +1,57 @@
+// Package local is the local backend: each Cluster is a complete, workerless Kubernetes control
+// plane made of three child processes of the operator (etcd, kube-apiserver and
+// kube-controller-manager of one --local-binaries folder), with its state in
+// <state-dir>/<Cluster UID>/ (0700).
+//
+// # Processes
+//
+// etcd starts first; kube-apiserver once etcd answers; kube-controller-manager once the API server
+// answers /healthz (it gives up after 10 s of an unanswered API server, so it is not started into
+// that). Each is restarted with backoff when it exits and dies with the operator (Pdeathsig). A
+// restarted operator adopts the folders of existing Clusters: same ports, same data. Readiness has
+// two parts, reported apart (State.Ready and State.ControllerManager): the API server serves (etcd
+// healthy, /readyz, /version), and the controller manager runs its controllers (its /healthz lists
+// the clusterrole-aggregation controller's check, which it adds once it has built them). The
+// Cluster reconciler turns them into the conditions APIServerReady and ControllerManagerReady; the
+// Cluster is Ready only with both.
+//
+// # Who reaches what
+//
+// etcd listens on two unix sockets in the cluster's folder (etcd.sock, etcd-peer.sock), named
+// relative to it (every process runs with the folder as its working directory), and on no TCP port:
+// only the operator's user, and so the cluster's own API server, reaches its data. The API server
+// listens on the advertise host; the controller manager's health and metrics port is on the
+// loopback. Each has its own credentials from the cluster's CA (pki.go): the operator is
+// openmcp:cluster-provider in system:masters, the controller manager system:kube-controller-manager
+// (bound by the API server's bootstrap RBAC policy), and it runs every controller with its own
+// service-account credentials. It signs approved CertificateSigningRequests with the cluster CA.
+//
+// # Controllers
+//
+// A local cluster has no nodes, so it runs what a workerless Gardener shoot runs (openMCP's own
+// clusters are Gardener shoots): every default controller of kube-controller-manager, plus the
+// bootstrap-token signer and cleaner, without those that only serve nodes and the volumes on them:
+//
+//   - node-ipam, node-lifecycle, taint-eviction, device-taint-eviction, ttl: they manage Node
+//     objects or evict Pods from nodes; there are none.
+//   - persistentvolume-attach-detach, persistentvolume-binder, persistentvolume-expander: they
+//     attach, provision and grow volumes for Pods on nodes.
+//
+// On are, among others: clusterrole-aggregation (the stock view, edit and admin roles), namespace
+// (deletion finishes), garbage-collector, serviceaccount and serviceaccount-token,
+// root-ca-certificate-publisher (kube-root-ca.crt in every namespace), resourcequota, the CSR
+// signing, approving and cleaning controllers, ttl-after-finished, and the workload controllers.
+// The workload controllers stay on as in a workerless shoot: a Deployment gets its ReplicaSet and
+// its Pods, which stay Pending, as nothing schedules or runs them; Jobs, CronJobs, StatefulSets and
+// DaemonSets behave the same way. Objects, their owners and their status are what users of such a
+// cluster see, and what the upstream conformance suite checks (docs/conformance.md).
+//
+// # Data
+//
+// Nothing of a cluster's folder is ever removed while its Cluster exists. A Cluster whose folder
+// is gone although it ran before (its status holds this backend's provider status) lost its data,
+// most likely with the volume of --state-dir: it is created anew, EMPTY, on its old ports, and
+// State.DataLost says so for the rest of its life (the Cluster's Provisioned condition, reason
+// DataLost, and a Warning Event). Its AccessRequests are granted again: their kubeconfigs carry the
+// new CA.
+package local

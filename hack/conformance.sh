@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `make conformance`: the upstream Kubernetes conformance suite against a local cluster that the
+# operator makes, reached the way users reach it.
+#
+# 1. hack/run.sh (what `make run` runs) in the background, on its own folder .conformance/run:
+#    a platform control plane, the operator, the sample ProviderConfig and Cluster.
+# 2. An AccessRequest bound to cluster-admin for the sample Cluster: its kubeconfig Secret is the
+#    suite's only way in (the product's own path).
+# 3. e2e.test (E2E_TEST, built by `make conformance` from the module proxy) with the
+#    [Conformance] focus, minus the explicit, reviewed list in hack/conformance/skip.txt (tests
+#    that need a running Pod, a node, DNS...: each with its reason). The names are quoted and
+#    anchored, never matched by a broad pattern.
+# 4. The counts into .conformance/summary.txt; the JUnit report and logs stay in .conformance/.
+#
+# Environment: ENVTEST_ASSETS, E2E_TEST (required; the Makefile sets them), FOCUS (override the
+# focus, e.g. one test while debugging), E2E_ARGS (more e2e.test flags).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$root/.conformance
+assets=${ENVTEST_ASSETS:?set ENVTEST_ASSETS (make conformance does)}
+e2e=${E2E_TEST:?set E2E_TEST to the e2e.test binary (make conformance does)}
+focus=${FOCUS:-'\[Conformance\]'}
+read -r -a e2e_args <<<"${E2E_ARGS:-}"
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+rm -rf "$out"
+mkdir -p "$out/report"
+export KUBECONFIG=$out/run/kubeconfig
+
+say "Starting the operator and a platform control plane (hack/run.sh, logs in $out/run.log)"
+RUN_DIR=$out/run PROVIDER_NAME=local METRICS_BIND_ADDRESS=0 HEALTH_PROBE_BIND_ADDRESS=127.0.0.1:0 \
+  ENVTEST_ASSETS=$assets "$root/hack/run.sh" >"$out/run.log" 2>&1 &
+run_pid=$!
+stop() {
+  local code=$?
+  say "Stopping the operator and the control plane"
+  kill -TERM "$run_pid" 2>/dev/null || true
+  wait "$run_pid" 2>/dev/null || true
+  exit "$code"
+}
+trap stop EXIT
+
+deadline=$((SECONDS + 600))
+until kubectl get cluster sample -n default >/dev/null 2>&1; do
+  kill -0 "$run_pid" 2>/dev/null || { say "hack/run.sh exited; see $out/run.log"; tail -20 "$out/run.log" >&2; exit 1; }
+  [ "$SECONDS" -lt "$deadline" ] || { say "the sample Cluster did not appear within 600 s"; exit 1; }
+  sleep 1
+done
+say "Waiting for the sample Cluster to be Ready"
+kubectl wait -n default cluster/sample --for=jsonpath='{.status.phase}'=Ready --timeout=300s
+
+say "Asking for cluster-admin through an AccessRequest"
+kubectl apply -f - <<'YAML'
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: AccessRequest
+metadata:
+  name: conformance
+  namespace: default
+spec:
+  clusterRef:
+    name: sample
+    namespace: default
+  token:
+    roleRefs:
+    - kind: ClusterRole
+      name: cluster-admin
+YAML
+kubectl wait -n default accessrequest/conformance --for=jsonpath='{.status.phase}'=Granted --timeout=300s
+kubectl get secret -n default conformance.kubeconfig -o jsonpath='{.data.kubeconfig}' | base64 -d >"$out/cluster.kubeconfig"
+chmod 600 "$out/cluster.kubeconfig"
+
+# The skip list: every name regexp-quoted and anchored, joined with |.
+skip=$(sed -e '/^#/d' -e '/^[[:space:]]*$/d' -e 's/ # .*$//' "$root/hack/conformance/skip.txt" |
+  sed -e 's/[][\.*^$(){}?+|/]/\\&/g' -e 's/^/^/' -e 's/$/$/' | paste -sd '|' -)
+skipped=$(grep -vc -e '^#' -e '^[[:space:]]*$' "$root/hack/conformance/skip.txt")
+say "Running e2e.test: focus $focus, $skipped tests skipped by hack/conformance/skip.txt (log: $out/e2e.log)"
+start=$SECONDS
+rc=0
+"$e2e" --kubeconfig="$out/cluster.kubeconfig" --provider=skeleton --num-nodes=1 \
+  --kubectl-path="$(command -v kubectl)" --report-dir="$out/report" \
+  --ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color --ginkgo.timeout=4h \
+  ${e2e_args[@]+"${e2e_args[@]}"} >"$out/e2e.log" 2>&1 || rc=$?
+elapsed=$((SECONDS - start))
+
+{
+  echo "e2e.test $("$e2e" --version 2>/dev/null | head -1 || true), exit code $rc, ${elapsed} s"
+  grep -E '^(Ran [0-9]+ of [0-9]+ Specs|FAIL!|SUCCESS!|PASS|FAIL)' "$out/e2e.log" | tail -3 || true
+  echo "Failures:"
+  grep -E '^\s*\[FAIL\]' "$out/e2e.log" | sort -u || echo "  none"
+} | tee "$out/summary.txt" >&2
+exit "$rc"
