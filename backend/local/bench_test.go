@@ -1,6 +1,6 @@
 package local
 
-// Benchmarks of real local clusters (a kube-apiserver and an etcd each). Each benchmark does a
+// Benchmarks of real local clusters (an etcd, a kube-apiserver and a kube-controller-manager each). Each benchmark does a
 // fixed amount of work per iteration and reports its own metrics with b.ReportMetric, so
 // -benchtime 1x is the intended way to run them; run one at a time, on a quiet machine:
 //
@@ -131,10 +131,11 @@ func (h *benchHarness) wake(n types.NamespacedName) {
 }
 
 // awaitReady calls Ensure for cl, then again after every notification about cl (or its
-// RetryAfter safety net), until the cluster is Ready; it returns the time from the first Ensure
-// to the Ensure that saw Ready. Safe for concurrent use with different Clusters; it reports
-// failures as errors, so that it may run outside the benchmark's goroutine.
-func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Cluster) (time.Duration, error) {
+// RetryAfter safety net), until the cluster is complete (API server Ready and controller manager
+// Ready); it returns the times from the first Ensure to the Ensure that saw the API server Ready
+// and to the one that saw the cluster complete. Safe for concurrent use with different Clusters;
+// it reports failures as errors, so that it may run outside the benchmark's goroutine.
+func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Cluster) (api, all time.Duration, err error) {
 	ch := h.channel(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}) // before the first Ensure: no notification is lost
 	deadline := time.NewTimer(benchReadyWithin)
 	defer deadline.Stop()
@@ -142,10 +143,13 @@ func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Clus
 	for {
 		s, err := h.b.Ensure(ctx, cl, h.version)
 		if err != nil {
-			return 0, fmt.Errorf("%s: Ensure: %w", cl.Name, err)
+			return 0, 0, fmt.Errorf("%s: Ensure: %w", cl.Name, err)
 		}
-		if s.Ready {
-			return time.Since(start), nil
+		if s.Ready && api == 0 {
+			api = time.Since(start)
+		}
+		if complete(s) {
+			return api, time.Since(start), nil
 		}
 		retry := time.NewTimer(s.RetryAfter + time.Second)
 		select {
@@ -153,11 +157,11 @@ func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Clus
 		case <-retry.C:
 		case <-ctx.Done():
 			retry.Stop()
-			return 0, ctx.Err()
+			return 0, 0, ctx.Err()
 		case <-deadline.C:
 			retry.Stop()
-			return 0, fmt.Errorf("%s: not Ready within %s; last state: %s: %s\n%s",
-				cl.Name, benchReadyWithin, s.Reason, s.Message, logTails(h.b.Dir(cl.UID)))
+			return 0, 0, fmt.Errorf("%s: not complete within %s; last state: %s: %s; controller manager %+v\n%s",
+				cl.Name, benchReadyWithin, s.Reason, s.Message, s.ControllerManager, logTails(h.b.Dir(cl.UID)))
 		}
 		retry.Stop()
 	}
@@ -186,20 +190,28 @@ func quantile(sorted []float64, q float64) float64 {
 	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
 }
 
-// reportLatencies reports p50-s, p95-s and max-s of ds.
-func reportLatencies(b *testing.B, ds []time.Duration) {
-	s := make([]float64, len(ds))
-	for i, d := range ds {
-		s[i] = d.Seconds()
+// reportLatencies reports p50-s, p95-s and max-s of ds (complete clusters), and api-p50-s of
+// apis (their API servers alone).
+func reportLatencies(b *testing.B, ds, apis []time.Duration) {
+	seconds := func(ds []time.Duration) []float64 {
+		s := make([]float64, len(ds))
+		for i, d := range ds {
+			s[i] = d.Seconds()
+		}
+		slices.Sort(s)
+		return s
 	}
-	slices.Sort(s)
+	s := seconds(ds)
 	b.ReportMetric(quantile(s, 0.50), "p50-s")
 	b.ReportMetric(quantile(s, 0.95), "p95-s")
 	b.ReportMetric(s[len(s)-1], "max-s")
+	b.ReportMetric(quantile(seconds(apis), 0.50), "api-p50-s")
 }
 
 // BenchmarkCreateReady measures how long a new cluster takes from its first Ensure until it is
-// Ready (etcd healthy, kube-apiserver /readyz, /version read), with the default tuning.
+// complete: its API server Ready (etcd healthy, kube-apiserver /readyz, /version read) and its
+// controller manager running its controllers, with the default tuning. api-p50-s is the API
+// server's part alone: the difference is what the controller manager adds.
 //
 // sequential: benchClusters clusters, one after another, each deleted before the next starts:
 // the latency of one cluster on an otherwise idle backend.
@@ -211,28 +223,29 @@ func reportLatencies(b *testing.B, ds []time.Duration) {
 func BenchmarkCreateReady(b *testing.B) {
 	b.Run("sequential", func(b *testing.B) {
 		h := startBenchBackend(b, benchClusters, nil)
-		var lat []time.Duration
+		var lat, apiLat []time.Duration
 		b.ResetTimer()
 		for i := range b.N {
 			for j := range benchClusters {
 				cl := newCluster(fmt.Sprintf("seq-%d-%d", i, j))
-				d, err := h.awaitReady(b.Context(), cl)
+				a, d, err := h.awaitReady(b.Context(), cl)
 				require.NoError(b, err)
-				lat = append(lat, d)
+				lat, apiLat = append(lat, d), append(apiLat, a)
 				_, err = h.b.Delete(b.Context(), cl)
 				require.NoError(b, err)
 			}
 		}
-		reportLatencies(b, lat)
+		reportLatencies(b, lat, apiLat)
 	})
 
 	b.Run("concurrent", func(b *testing.B) {
 		h := startBenchBackend(b, 2*benchClusters, nil)
-		var lat []time.Duration
+		var lat, apiLat []time.Duration
 		b.ResetTimer()
 		for i := range b.N {
 			cls := make([]*clustersv1alpha1.Cluster, benchClusters)
 			ds := make([]time.Duration, benchClusters)
+			as := make([]time.Duration, benchClusters)
 			errs := make([]error, benchClusters)
 			gate := make(chan struct{})
 			var wg sync.WaitGroup
@@ -240,16 +253,16 @@ func BenchmarkCreateReady(b *testing.B) {
 				cls[j] = newCluster(fmt.Sprintf("conc-%d-%d", i, j))
 				wg.Go(func() {
 					<-gate
-					ds[j], errs[j] = h.awaitReady(b.Context(), cls[j])
+					as[j], ds[j], errs[j] = h.awaitReady(b.Context(), cls[j])
 				})
 			}
 			close(gate) // every goroutine calls its first Ensure now
 			wg.Wait()
 			require.NoError(b, errors.Join(errs...))
-			lat = append(lat, ds...)
+			lat, apiLat = append(lat, ds...), append(apiLat, as...)
 			require.NoError(b, h.deleteAll(b.Context(), cls))
 		}
-		reportLatencies(b, lat)
+		reportLatencies(b, lat, apiLat)
 	})
 }
 
@@ -267,13 +280,15 @@ var benchTunings = []struct {
 	{"default", DefaultTuning},
 	{"untuned", Tuning{WatchCache: true}},
 	{"no-memlimit", Tuning{GOGC: DefaultTuning.GOGC}},
+	{"no-gogc", func() Tuning { t := DefaultTuning; t.GOGC = ""; return t }()},
 	{"watchcache-on", func() Tuning { t := DefaultTuning; t.WatchCache = true; return t }()},
+	{"kcm-1-worker", func() Tuning { t := DefaultTuning; t.ConcurrentSyncs = 1; return t }()},
 }
 
 // BenchmarkIdleRSS measures the resident memory of idle clusters, per Tuning variant: it starts
-// idleClusters clusters, waits until they are Ready, leaves them idle for idleSettle, then reads
-// VmRSS and PSS of each cluster's etcd and kube-apiserver. It reports the mean per cluster, and
-// how many such clusters fit in 24 GiB by either measure.
+// idleClusters clusters, waits until they are complete, leaves them idle for idleSettle, then
+// reads VmRSS and PSS of each cluster's etcd, kube-apiserver and kube-controller-manager. It
+// reports the mean per cluster, and how many such clusters fit in 24 GiB by either measure.
 func BenchmarkIdleRSS(b *testing.B) {
 	for _, k := range []string{"GOGC", "GOMEMLIMIT"} {
 		if v := os.Getenv(k); v != "" {
@@ -282,19 +297,19 @@ func BenchmarkIdleRSS(b *testing.B) {
 	}
 	for _, v := range benchTunings {
 		b.Run(v.name, func(b *testing.B) {
-			var apiMiB, etcdMiB, pssMiB []float64
+			rss := map[string][]float64{}
+			var pssMiB []float64
 			for i := range b.N {
-				a, e := idleRSS(b, i, v.tuning, &pssMiB)
-				apiMiB = append(apiMiB, a...)
-				etcdMiB = append(etcdMiB, e...)
+				idleRSS(b, i, v.tuning, rss, &pssMiB)
 			}
-			api, etcd := mean(apiMiB), mean(etcdMiB)
+			api, etcd, kcm := mean(rss[procAPIServer]), mean(rss[procEtcd]), mean(rss[procControllerManager])
 			b.ReportMetric(api, "apiserver-MiB")
 			b.ReportMetric(etcd, "etcd-MiB")
-			b.ReportMetric(api+etcd, "total-MiB")
-			b.ReportMetric(24*1024/(api+etcd), "clusters-per-24GiB")
-			// Both processes' PSS per cluster: what each further cluster costs the host.
-			pss := 2 * mean(pssMiB)
+			b.ReportMetric(kcm, "kcm-MiB")
+			b.ReportMetric(api+etcd+kcm, "total-MiB")
+			b.ReportMetric(24*1024/(api+etcd+kcm), "clusters-per-24GiB")
+			// The three processes' PSS per cluster: what each further cluster costs the host.
+			pss := mean(pssMiB)
 			b.ReportMetric(pss, "pss-MiB")
 			b.ReportMetric(24*1024/pss, "clusters-per-24GiB-by-pss")
 		})
@@ -302,8 +317,9 @@ func BenchmarkIdleRSS(b *testing.B) {
 }
 
 // idleRSS runs one iteration of BenchmarkIdleRSS on a backend of its own, which it stops before
-// it returns; it returns the RSS in MiB of each cluster's kube-apiserver and etcd.
-func idleRSS(b *testing.B, iteration int, tuning Tuning, pssMiB *[]float64) (apiMiB, etcdMiB []float64) {
+// it returns; it appends the RSS in MiB of each cluster's processes to rss (by process name) and
+// each cluster's PSS (its processes together) to pssMiB.
+func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float64, pssMiB *[]float64) {
 	h := startBenchBackend(b, idleClusters, &tuning)
 	defer h.stop()
 	cls := make([]*clustersv1alpha1.Cluster, idleClusters)
@@ -311,7 +327,7 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, pssMiB *[]float64) (api
 	var wg sync.WaitGroup
 	for j := range cls {
 		cls[j] = newCluster(fmt.Sprintf("idle-%d-%d", iteration, j))
-		wg.Go(func() { _, errs[j] = h.awaitReady(b.Context(), cls[j]) })
+		wg.Go(func() { _, _, errs[j] = h.awaitReady(b.Context(), cls[j]) })
 	}
 	wg.Wait()
 	require.NoError(b, errors.Join(errs...))
@@ -321,20 +337,21 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, pssMiB *[]float64) (api
 	for _, cl := range cls {
 		s, err := h.b.Ensure(b.Context(), cl, h.version)
 		require.NoError(b, err)
-		require.True(b, s.Ready, "%s is still Ready after %s idle: %s: %s", cl.Name, idleSettle, s.Reason, s.Message)
+		require.True(b, complete(s), "%s is still complete after %s idle: %s: %s", cl.Name, idleSettle, s.Reason, s.Message)
 		pids := h.b.PIDs(cl.UID)
-		for name, out := range map[string]*[]float64{procAPIServer: &apiMiB, procEtcd: &etcdMiB} {
+		var pss float64
+		for _, name := range []string{procAPIServer, procEtcd, procControllerManager} {
 			pid := pids[name]
 			require.NotZero(b, pid, "%s of %s runs", name, cl.Name)
 			kib, err := vmRSSKiB(pid)
 			require.NoError(b, err, "%s of %s", name, cl.Name)
-			*out = append(*out, float64(kib)/1024)
-			pss, err := pssKiB(pid)
+			rss[name] = append(rss[name], float64(kib)/1024)
+			p, err := pssKiB(pid)
 			require.NoError(b, err, "%s of %s", name, cl.Name)
-			*pssMiB = append(*pssMiB, float64(pss)/1024)
+			pss += float64(p) / 1024
 		}
+		*pssMiB = append(*pssMiB, pss)
 	}
-	return apiMiB, etcdMiB
 }
 
 // vmRSSKiB reads VmRSS (in KiB) from /proc/<pid>/status.

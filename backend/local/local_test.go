@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -266,4 +267,19 @@ func TestEnsureRejectsUnservedVersion(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported), "%v", err)
 	assert.NoDirExists(t, h.b.Dir(cl.UID), "nothing is started")
+}
+
+func TestNewRejectsAStateDirTooLongForSockets(t *testing.T) {
+	long := "/" + strings.Repeat("d", maxStateDirLen) // one byte too long
+	_, err := New(Options{Binaries: []Binaries{{Dir: "/bin", Version: "1.37.1"}}, StateDir: long,
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil }})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--state-dir")
+	assert.Contains(t, err.Error(), "shorter path")
+
+	ok := "/" + strings.Repeat("d", maxStateDirLen-1)
+	_, err = New(Options{Binaries: []Binaries{{Dir: "/bin", Version: "1.37.1"}}, StateDir: ok,
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil }})
+	require.NoError(t, err)
+	assert.LessOrEqual(t, len(filepath.Join(ok, "6c1f7d1e-2b7a-4d39-9a4c-1f2e3d4c5b6a", etcdPeerSocket)), 107, "the longest socket path fits")
 }
