@@ -76,8 +76,9 @@ kube-apiserver | kube-controller-manager | kubernetes)
 e2e.test)
   kubernetes_module
   echo "building the upstream e2e.test v${version} from the module proxy (cold: about 15 CPU-minutes)" >&2
-  # The e2e suite's own dependencies (ginkgo, gomega, ...) come from its go.mod requirements.
-  go get "k8s.io/kubernetes/test/e2e@v${version}" >/dev/null 2>&1 || true
+  # k8s.io/kubernetes is one module: its go.mod already requires what test/e2e imports (ginkgo,
+  # gomega, ...). No `go get`: it would raise the staging requirements from v0.0.0 and so miss the
+  # build cache that kube-apiserver's build filled.
   go test -c -trimpath -ldflags "$ldflags" -o "$work/e2e.test" k8s.io/kubernetes/test/e2e
   mkdir -p "$(dirname "$out")"
   mv "$work/e2e.test" "$out.tmp"

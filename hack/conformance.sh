@@ -12,8 +12,13 @@
 #    anchored, never matched by a broad pattern.
 # 4. The counts into .conformance/summary.txt; the JUnit report and logs stay in .conformance/.
 #
-# Environment: ENVTEST_ASSETS, E2E_TEST (required; the Makefile sets them), FOCUS (override the
-# focus, e.g. one test while debugging), E2E_ARGS (more e2e.test flags).
+# The cluster is advertised on this machine's first IPv4 address (ADVERTISE_HOST), as a deployed
+# operator advertises its pod's IP: the kubernetes Service then has Endpoints, which a loopback
+# address may not be (one conformance test checks them). Its API server listens on every
+# interface while the suite runs.
+#
+# Environment: ENVTEST_ASSETS, E2E_TEST (required; the Makefile sets them), ADVERTISE_HOST,
+# FOCUS (override the focus, e.g. one test while debugging), E2E_ARGS (more e2e.test flags).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +27,7 @@ assets=${ENVTEST_ASSETS:?set ENVTEST_ASSETS (make conformance does)}
 e2e=${E2E_TEST:?set E2E_TEST to the e2e.test binary (make conformance does)}
 focus=${FOCUS:-'\[Conformance\]'}
 read -r -a e2e_args <<<"${E2E_ARGS:-}"
+advertise=${ADVERTISE_HOST:-$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+\.' || echo 127.0.0.1)}
 
 say() { printf '==> %s\n' "$*" >&2; }
 
@@ -31,6 +37,7 @@ export KUBECONFIG=$out/run/kubeconfig
 
 say "Starting the operator and a platform control plane (hack/run.sh, logs in $out/run.log)"
 RUN_DIR=$out/run PROVIDER_NAME=local METRICS_BIND_ADDRESS=0 HEALTH_PROBE_BIND_ADDRESS=127.0.0.1:0 \
+  RUN_ARGS="--local-advertise-host=$advertise" \
   ENVTEST_ASSETS=$assets "$root/hack/run.sh" >"$out/run.log" 2>&1 &
 run_pid=$!
 stop() {

@@ -92,14 +92,17 @@ func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
 		"--profiling=false",
 		"--enable-priority-and-fairness=false",
 		"--watch-cache=" + strconv.FormatBool(t.WatchCache),
-		// The loopback cannot be a kubernetes Service endpoint, and nothing in the cluster needs one.
-		"--endpoint-reconciler-type=none",
 		"--v=0",
 	}
-	if ip := net.ParseIP(advertiseHost); ip != nil {
-		args = append(args, "--advertise-address="+advertiseHost)
+	// The kubernetes Service's Endpoints name the advertise address: a real one (the pod's IP in
+	// deploy/default) is kept there by the lease reconciler; a loopback address may not be an
+	// endpoint, so a cluster advertised on the loopback (or by name) has none.
+	if ip := net.ParseIP(advertiseHost); ip != nil && !ip.IsLoopback() {
+		args = append(args, "--advertise-address="+advertiseHost, "--endpoint-reconciler-type=lease")
+	} else if ip != nil {
+		args = append(args, "--advertise-address="+advertiseHost, "--endpoint-reconciler-type=none")
 	} else {
-		args = append(args, "--advertise-address=127.0.0.1")
+		args = append(args, "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none")
 	}
 	return args
 }

@@ -112,11 +112,12 @@ func TestAPIServerArgs(t *testing.T) {
 		wantBind      string
 		wantAdvertise string
 		tuning        Tuning
+		wantEndpoints string
 	}{
-		{"loopback", "127.0.0.1", "127.0.0.1", "127.0.0.1", DefaultTuning},
-		{"localhost", "localhost", "127.0.0.1", "127.0.0.1", Tuning{WatchCache: true}},
-		{"LAN IP", "10.1.2.3", "0.0.0.0", "10.1.2.3", DefaultTuning},
-		{"DNS name", "cp.example.com", "0.0.0.0", "127.0.0.1", DefaultTuning},
+		{"loopback", "127.0.0.1", "127.0.0.1", "127.0.0.1", DefaultTuning, "none"},
+		{"localhost", "localhost", "127.0.0.1", "127.0.0.1", Tuning{WatchCache: true}, "none"},
+		{"LAN IP", "10.1.2.3", "0.0.0.0", "10.1.2.3", DefaultTuning, "lease"},
+		{"DNS name", "cp.example.com", "0.0.0.0", "127.0.0.1", DefaultTuning, "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
@@ -137,6 +138,7 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.Equal(t, "10.96.0.0/16", f["--service-cluster-ip-range"])
 			assert.Equal(t, tc.wantBind, f["--bind-address"])
 			assert.Equal(t, tc.wantAdvertise, f["--advertise-address"])
+			assert.Equal(t, tc.wantEndpoints, f["--endpoint-reconciler-type"], "the kubernetes Service's endpoints")
 			assert.Equal(t, strconv.FormatBool(tc.tuning.WatchCache), f["--watch-cache"])
 			assert.Equal(t, "false", f["--profiling"])
 			_, insecure := f["--insecure-port"]

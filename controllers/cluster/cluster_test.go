@@ -150,8 +150,23 @@ func TestClusterLifecycle(t *testing.T) {
 	_, err = adminClient(t, op, cl).CoreV1().ConfigMaps("default").Create(ctx,
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "from-c1"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	hasCondition(t, cl, cluster.ConditionControllerManagerReady, metav1.ConditionTrue, backend.ReasonRunning)
 	pids := op.Local.PIDs(cl.UID)
-	require.Len(t, pids, 2)
+	require.Len(t, pids, 3, "etcd, kube-apiserver, kube-controller-manager")
+
+	t.Run("the controller manager crashes: the condition says so, the cluster comes back", func(t *testing.T) {
+		require.NoError(t, syscall.Kill(pids["kube-controller-manager"], syscall.SIGKILL))
+		waitCluster(t, client.ObjectKeyFromObject(cl), "ControllerManagerReady False", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			hasCondition(c, cl, cluster.ConditionControllerManagerReady, metav1.ConditionFalse, backend.ReasonRestarting)
+			hasCondition(c, cl, cluster.ConditionAPIServerReady, metav1.ConditionTrue, backend.ReasonRunning)
+			assert.Equal(c, common.PhaseProgressing, cl.Status.Phase, "not Ready without its controller manager")
+		})
+		e := env.AwaitEvent(t, cl, cluster.ReasonProcessRestarted)
+		assert.Contains(t, e.Note, "kube-controller-manager exited")
+		waitCluster(t, client.ObjectKeyFromObject(cl), "Ready again", isReady)
+		pids = op.Local.PIDs(cl.UID)
+		require.Len(t, pids, 3)
+	})
 
 	t.Run("unserved version", func(t *testing.T) {
 		old := newCluster(t, ns, "old", profileName, "1.20.0")
