@@ -82,11 +82,6 @@ func requireCondition(t *testing.T, s common.Status, condType string, status met
 	return c
 }
 
-func hasEvent(t *testing.T, regarding string, reason string) bool {
-	t.Helper()
-	return env.HasEvent(t, regarding, reason)
-}
-
 func newCluster(t *testing.T, ns, name, profile string) *clustersv1alpha1.Cluster {
 	t.Helper()
 	cl := &clustersv1alpha1.Cluster{
@@ -138,7 +133,7 @@ func TestProfileLifecycle(t *testing.T) {
 	_, running := e.Running(name)
 	assert.True(t, running)
 	assert.Equal(t, 1, e.startsOf(name))
-	eventually(t, func() bool { return hasEvent(t, pc.Name, ReasonStarted) }, "no %s Event", ReasonStarted)
+	env.AwaitEvent(t, pc, ReasonStarted)
 
 	// The profile's controllers run: a Cluster of the profile is taken over.
 	ns := env.Namespace(t)
@@ -157,7 +152,7 @@ func TestProfileLifecycle(t *testing.T) {
 		return len(cp.Spec.SupportedVersions) == 3
 	}, "the ClusterProfile did not follow the spec")
 	assert.Equal(t, 2, e.startsOf(name), "one start and exactly one restart")
-	eventually(t, func() bool { return hasEvent(t, pc.Name, ReasonRestarted) }, "no %s Event", ReasonRestarted)
+	env.AwaitEvent(t, pc, ReasonRestarted)
 
 	// The restarted controllers still serve the profile.
 	waitClusterReconciled(t, newCluster(t, ns, "c2", name))
@@ -215,7 +210,7 @@ func TestInvalidSpec(t *testing.T) {
 	assert.False(t, ok, "no profile for an invalid spec")
 	_, running := e.Running(name)
 	assert.False(t, running)
-	eventually(t, func() bool { return hasEvent(t, pc.Name, ReasonInvalidSpec) }, "no Warning Event")
+	env.AwaitEvent(t, pc, ReasonInvalidSpec) // the Warning Event
 
 	got.Spec.DefaultVersion = "1.37.1"
 	require.NoError(t, env.Client.Update(ctx, got))

@@ -74,34 +74,34 @@ func checkComplete(t *testing.T, cs kubernetes.Interface, caPEM []byte) {
 	})
 
 	t.Run("an orphaned dependent is collected", func(t *testing.T) {
-		owner, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dependent", OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
-		}}}}
-		_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, dependent, metav1.CreateOptions{})
-		require.NoError(t, err)
+		cms := cs.CoreV1().ConfigMaps("default")
+		// ownedPair creates ConfigMap owner and ConfigMap dependent, owned by it.
+		ownedPair := func(owner, dependent string) {
+			o, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dependent, OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID,
+			}}}}, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+		// Deleted with the orphan policy, the owner leaves its dependent, which the garbage
+		// collector orphans.
+		ownedPair("owner", "dependent")
 		orphaning := metav1.DeletePropagationOrphan
-		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(ctx, owner.Name, metav1.DeleteOptions{PropagationPolicy: &orphaning}))
-		// Deleted with the orphan policy, the owner leaves the dependent; deleting the owner in the
-		// background (the default) leaves collecting it to the garbage collector.
+		require.NoError(t, cms.Delete(ctx, "owner", metav1.DeleteOptions{PropagationPolicy: &orphaning}))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			d, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "dependent", metav1.GetOptions{})
+			d, err := cms.Get(ctx, "dependent", metav1.GetOptions{})
 			if assert.NoError(c, err) {
 				assert.Empty(c, d.OwnerReferences, "the garbage collector orphaned the dependent")
 			}
 		}, completeWithin, 100*time.Millisecond)
 
-		owner2, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner2"}}, metav1.CreateOptions{})
-		require.NoError(t, err)
-		dependent2 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dependent2", OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: owner2.Name, UID: owner2.UID,
-		}}}}
-		_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, dependent2, metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(ctx, owner2.Name, metav1.DeleteOptions{}))
+		// Deleted in the background (the default), the owner leaves collecting its dependent to
+		// the garbage collector.
+		ownedPair("owner2", "dependent2")
+		require.NoError(t, cms.Delete(ctx, "owner2", metav1.DeleteOptions{}))
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "dependent2", metav1.GetOptions{})
+			_, err := cms.Get(ctx, "dependent2", metav1.GetOptions{})
 			assert.True(c, apierrors.IsNotFound(err), "the dependent of a deleted owner is collected (err %v)", err)
 		}, completeWithin, 100*time.Millisecond)
 	})

@@ -92,7 +92,7 @@ func TestOIDCAccess(t *testing.T) {
 		review, err := as(token).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, "idp:alice", review.Status.UserInfo.Username, "the username prefix defaults to <name>:")
-		assert.NoError(t, listNamespaces(token))
+		awaitStatus(t, 200, "alice's binding of ClusterRole ns-reader", func() error { return listNamespaces(token) })
 		_, err = as(token).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "nope"}}, metav1.CreateOptions{})
 		assert.EqualValues(t, 403, status(err), "%v", err)
 		assert.EqualValues(t, 403, status(listNamespaces(provider.Token(t, "client-a", "bob", nil))), "a user without a binding")
@@ -100,9 +100,11 @@ func TestOIDCAccess(t *testing.T) {
 
 	t.Run("a group binding works through the groups claim and prefix", func(t *testing.T) {
 		token := provider.Token(t, "client-a", "bob", map[string]any{"groups": []string{"devs"}})
-		_, err := as(token).CoreV1().ConfigMaps("team").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}, metav1.CreateOptions{})
-		assert.NoError(t, err)
-		_, err = as(token).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}, metav1.CreateOptions{})
+		awaitStatus(t, 200, "the devs' binding of Role cm-editor in team", func() error {
+			_, err := as(token).CoreV1().ConfigMaps("team").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}, metav1.CreateOptions{})
+			return err
+		})
+		_, err := as(token).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}, metav1.CreateOptions{})
 		assert.EqualValues(t, 403, status(err), "the Role is bound in team only: %v", err)
 	})
 
@@ -133,7 +135,8 @@ func TestOIDCAccess(t *testing.T) {
 	}})
 	t.Run("two requests on one issuer with different client IDs both work", func(t *testing.T) {
 		waitRequest(t, client.ObjectKeyFromObject(bob), "Granted", isGranted)
-		assert.NoError(t, listNamespaces(provider.Token(t, "client-b", "dave", nil)))
+		dave := provider.Token(t, "client-b", "dave", nil)
+		awaitStatus(t, 200, "dave's binding of ClusterRole ns-reader", func() error { return listNamespaces(dave) })
 		assert.NoError(t, listNamespaces(provider.Token(t, "client-a", "alice", nil)))
 	})
 
@@ -171,7 +174,8 @@ func TestOIDCAccess(t *testing.T) {
 			RoleBindings: []common.RoleBindings{{Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "erin"}}, RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "erin-reader"}}}},
 		}, Roles: []clustersv1alpha1.PermissionsRequest{{Name: "erin-reader", Rules: []rbacv1.PolicyRule{rule([]string{""}, []string{"namespaces"}, []string{"list"})}}}})
 		waitRequest(t, client.ObjectKeyFromObject(other), "Granted", isGranted)
-		assert.NoError(t, listNamespaces(second.Token(t, "client-s", "erin", nil)))
+		erin := second.Token(t, "client-s", "erin", nil)
+		awaitStatus(t, 200, "erin's binding of ClusterRole erin-reader", func() error { return listNamespaces(erin) })
 	})
 
 	t.Run("removing the last request of an issuer makes its tokens 401", func(t *testing.T) {

@@ -138,6 +138,17 @@ func rule(groups, resources, verbs []string) rbacv1.PolicyRule {
 	return rbacv1.PolicyRule{APIGroups: groups, Resources: resources, Verbs: verbs}
 }
 
+// awaitStatus waits until call answers with the HTTP status code want (200: no error); if it never
+// does within, the test fails and goes on. A cluster's API server authorizes with the RBAC objects
+// its informers have seen, so a permission just granted or removed may take a moment to count.
+func awaitStatus(t *testing.T, want int32, what string, call func() error) bool {
+	t.Helper()
+	return assert.EventuallyWithT(t, func(c *assert.CollectT) {
+		err := call()
+		assert.EqualValues(c, want, status(err), "%s: %v", what, err)
+	}, within, poll, what)
+}
+
 // status is the HTTP status code of err (200 for nil).
 func status(err error) int32 {
 	if err == nil {

@@ -62,8 +62,8 @@ func TestTokenAccess(t *testing.T) {
 	t.Run("granted: what the rules allow works, the rest is Forbidden", func(t *testing.T) {
 		got := waitRequest(t, key, "Granted", isGranted)
 		admin = adminClient(t, op, cl)
-		// The stock ClusterRoles (view, edit) are aggregated by kube-controller-manager, which a
-		// local cluster does not run; the test brings its own.
+		// A ClusterRole made after the grant, bound by name before it exists (roleRefs need not
+		// exist yet); the stock roles are tested in dataloss_test.go.
 		_, err := admin.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},
 			Rules: []rbacv1.PolicyRule{rule([]string{""}, []string{"pods"}, []string{"list"})}}, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -85,23 +85,31 @@ func TestTokenAccess(t *testing.T) {
 
 		ctx := t.Context()
 		user := kubeconfigClient(t, s)
-		_, err = user.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		assert.NoError(t, err, "the cluster-wide permission")
+		// What the request grants is awaited (awaitStatus): the cluster's RBAC authorizer may not
+		// have seen the bindings yet, nor ClusterRole pod-reader, created just above.
+		awaitStatus(t, 200, "the cluster-wide permission", func() error {
+			_, err := user.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			return err
+		})
 		_, err = user.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "not-allowed"}}, metav1.CreateOptions{})
 		assert.EqualValues(t, 403, status(err), "creating a namespace: %v", err)
-		_, err = user.CoreV1().ConfigMaps("team-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
-		assert.NoError(t, err, "the namespaced permission, in its namespace (created for it)")
+		awaitStatus(t, 200, "the namespaced permission, in its namespace (created for it)", func() error {
+			_, err := user.CoreV1().ConfigMaps("team-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		})
 		_, err = user.CoreV1().ConfigMaps("kube-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
 		assert.EqualValues(t, 403, status(err), "the namespaced permission, elsewhere: %v", err)
-		_, err = user.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		assert.NoError(t, err, "the roleRef binding of ClusterRole pod-reader in default")
+		awaitStatus(t, 200, "the roleRef binding of ClusterRole pod-reader in default", func() error {
+			_, err := user.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+			return err
+		})
 		_, err = user.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{})
 		assert.EqualValues(t, 403, status(err), "ClusterRole pod-reader is bound in default only: %v", err)
 
 		sas, err := admin.CoreV1().ServiceAccounts(accessrequest.DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: accessrequest.LabelRequestName + "=dev"})
 		require.NoError(t, err)
 		assert.Len(t, sas.Items, 1)
-		assert.True(t, env.HasEvent(t, ar.Name, accessrequest.ReasonGranted))
+		env.AwaitEvent(t, ar, accessrequest.ReasonGranted)
 	})
 
 	t.Run("a spec change removes what is no longer asked for", func(t *testing.T) {
@@ -114,9 +122,12 @@ func TestTokenAccess(t *testing.T) {
 		roles, err := admin.RbacV1().Roles("team-a").List(t.Context(), metav1.ListOptions{})
 		require.NoError(t, err)
 		assert.Empty(t, roles.Items, "the Role of the removed permission")
-		_, err = kubeconfigClient(t, secretOf(t, cur)).CoreV1().ConfigMaps("team-a").Create(t.Context(),
-			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "y"}}, metav1.CreateOptions{})
-		assert.EqualValues(t, 403, status(err), "the removed permission: %v", err)
+		user := kubeconfigClient(t, secretOf(t, cur))
+		awaitStatus(t, 403, "the removed permission", func() error {
+			_, err := user.CoreV1().ConfigMaps("team-a").Create(t.Context(),
+				&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "y"}}, metav1.CreateOptions{})
+			return err
+		})
 	})
 
 	t.Run("a deleted Secret is restored", func(t *testing.T) {
@@ -143,6 +154,8 @@ func TestTokenAccess(t *testing.T) {
 	})
 
 	t.Run("rotation at 80% of the validity", func(t *testing.T) {
+		// Back to the real time at the end, for the TTL below, even if a check fails.
+		defer func() { clock.SetTime(time.Now()) }()
 		before := string(secretOf(t, ar).Data[clustersv1alpha1.SecretKeyToken])
 		require.NotEqual(t, firstToken, before, "the restores above issued new tokens")
 		touch := func(value string) {
@@ -163,9 +176,11 @@ func TestTokenAccess(t *testing.T) {
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			assert.NotEqual(c, before, string(secretOf(t, ar).Data[clustersv1alpha1.SecretKeyToken]))
 		}, within, poll, "a new token")
-		assert.True(t, env.HasEvent(t, ar.Name, "TokenRotated"))
-		assert.Positive(t, counterValue(t, "cluster_provider_accessrequest_tokens_total", "cause", "rotation"), "the rotation is counted")
-		clock.SetTime(time.Now()) // back to the real time, for the TTL below
+		// The reconciler counts the rotation and emits its Event after it wrote the new token.
+		assert.EventuallyWithT(t, func(c *assert.CollectT) {
+			assert.Positive(c, counterValue(c, "cluster_provider_accessrequest_tokens_total", "cause", "rotation"), "the rotation is counted")
+		}, within, poll)
+		env.AwaitEvent(t, ar, "TokenRotated")
 	})
 
 	t.Run("opt-out of namespace creation", func(t *testing.T) {
@@ -322,8 +337,7 @@ func waitSecretAnnotation(t *testing.T, ar *clustersv1alpha1.AccessRequest, key,
 }
 
 // counterValue reads a counter of the operator's metrics registry by one label.
-func counterValue(t *testing.T, name, label, value string) float64 {
-	t.Helper()
+func counterValue(t require.TestingT, name, label, value string) float64 {
 	families, err := ctrlmetrics.Registry.Gather()
 	require.NoError(t, err)
 	for _, f := range families {

@@ -127,9 +127,9 @@ func TestLabeller(t *testing.T) {
 		assert.Equal(t, ar.Labels, got.Labels, "no label is changed or added")
 		assert.Equal(t, ar.Spec, got.Spec, "spec.clusterRef is not filled")
 		assert.Equal(t, ar.Generation, got.Generation)
-		require.Eventually(t, func() bool { return len(warningEvents(t, ar, ReasonLabelConflict)) > 0 },
-			waitTimeout, pollInterval, "no Warning Event about the conflict")
-		ev := warningEvents(t, ar, ReasonLabelConflict)[0]
+		ev := env.AwaitEvent(t, ar, ReasonLabelConflict)
+		assert.Equal(t, "Warning", ev.Type)
+		assert.Equal(t, "AccessRequest", ev.Regarding.Kind)
 		assert.Equal(t, ControllerName, ev.ReportingController)
 		assert.Contains(t, ev.Note, "someone-else")
 	})

@@ -11,7 +11,6 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -254,18 +253,4 @@ func requireUntouched(t *testing.T, w world, ars ...*clustersv1alpha1.AccessRequ
 		require.NoError(t, env.Client.Get(context.Background(), client.ObjectKeyFromObject(ar), got))
 		assert.Equal(t, ar.ResourceVersion, got.ResourceVersion, "%s was touched: labels %v, status %+v", ar.Name, got.Labels, got.Status)
 	}
-}
-
-// warningEvents returns the Warning events.k8s.io/v1 Events about the AccessRequest.
-func warningEvents(t *testing.T, ar *clustersv1alpha1.AccessRequest, reason string) []eventsv1.Event {
-	t.Helper()
-	list := &eventsv1.EventList{}
-	require.NoError(t, env.Client.List(context.Background(), list, client.InNamespace(ar.Namespace)))
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Name == ar.Name && e.Regarding.Kind == "AccessRequest" && e.Type == "Warning" && e.Reason == reason {
-			out = append(out, e)
-		}
-	}
-	return out
 }

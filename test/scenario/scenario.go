@@ -101,8 +101,12 @@ func Run(t *testing.T, tg Target) {
 			cfg.Host = tg.Reach(t, cfg.Host)
 		}
 		user := kubernetes.NewForConfigOrDie(cfg)
-		_, err = user.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		assert.NoError(t, err, "what the AccessRequest grants")
+		// Awaited: the cluster's API server authorizes with the RBAC objects its informers have
+		// seen, which may lag behind the grant's writes.
+		assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := user.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			assert.NoError(ct, err, "what the AccessRequest grants")
+		}, tg.Within, poll)
 		_, err = user.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "forbidden"}}, metav1.CreateOptions{})
 		assert.True(t, apierrors.IsForbidden(err), "what it does not grant: %v", err)
 	})

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,21 +101,39 @@ func Main(m *testing.M, env **Env) int {
 	return code
 }
 
-// HasEvent reports whether an events.k8s.io Event with reason is about the object named
-// regarding.
-func (e *Env) HasEvent(t testing.TB, regarding, reason string) bool {
+// EventWithin bounds AwaitEvent's wait.
+const EventWithin = time.Minute
+
+// AwaitEvent waits until an events.k8s.io Event with reason is about regarding (same namespace,
+// name and, when regarding has one, UID) and returns it; after EventWithin it fails the test.
+// Events are recorded asynchronously (an event broadcaster writes them from its own goroutine,
+// after the reconcile that emitted them may have finished), so a test never checks for one at
+// once.
+func (e *Env) AwaitEvent(t testing.TB, regarding client.Object, reason string) eventsv1.Event {
 	t.Helper()
-	list := &eventsv1.EventList{}
-	if err := e.Client.List(context.Background(), list); err != nil {
-		t.Fatalf("listing Events: %v", err)
-	}
-	for _, ev := range list.Items {
-		if ev.Regarding.Name == regarding && ev.Reason == reason {
-			return true
+	var found eventsv1.Event
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		list := &eventsv1.EventList{}
+		require.NoError(c, e.Client.List(context.Background(), list), "listing Events")
+		var reasons []string
+		for _, ev := range list.Items {
+			r := ev.Regarding
+			if r.Namespace != regarding.GetNamespace() || r.Name != regarding.GetName() || regarding.GetUID() != "" && r.UID != regarding.GetUID() {
+				continue
+			}
+			if ev.Reason == reason {
+				found = ev
+				return
+			}
+			reasons = append(reasons, ev.Reason)
 		}
-	}
-	return false
+		c.Errorf("no Event %s about %s yet; its Events: %v", reason, client.ObjectKeyFromObject(regarding), reasons)
+	}, EventWithin, eventPoll)
+	return found
 }
+
+// eventPoll is how often AwaitEvent lists the Events.
+const eventPoll = 50 * time.Millisecond
 
 // Namespace creates a namespace with a generated name for one test and returns its name.
 // envtest runs no namespace controller, so it is not deleted afterwards; names never collide.
