@@ -79,7 +79,7 @@ e2e.test)
   # k8s.io/kubernetes is one module: its go.mod already requires what test/e2e imports (ginkgo,
   # gomega, ...). No `go get`: it would raise the staging requirements from v0.0.0 and so miss the
   # build cache that kube-apiserver's build filled.
-  go test -c -trimpath -ldflags "$ldflags" -o "$work/e2e.test" k8s.io/kubernetes/test/e2e
+  go test -c -vet=off -trimpath -ldflags "$ldflags" -o "$work/e2e.test" k8s.io/kubernetes/test/e2e
   mkdir -p "$(dirname "$out")"
   mv "$work/e2e.test" "$out.tmp"
   mv "$out.tmp" "$out"

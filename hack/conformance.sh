@@ -33,13 +33,13 @@ say() { printf '==> %s\n' "$*" >&2; }
 
 rm -rf "$out"
 mkdir -p "$out/report"
-export KUBECONFIG=$out/run/kubeconfig
 
 say "Starting the operator and a platform control plane (hack/run.sh, logs in $out/run.log)"
 RUN_DIR=$out/run PROVIDER_NAME=local METRICS_BIND_ADDRESS=0 HEALTH_PROBE_BIND_ADDRESS=127.0.0.1:0 \
   RUN_ARGS="--local-advertise-host=$advertise" \
-  ENVTEST_ASSETS=$assets "$root/hack/run.sh" >"$out/run.log" 2>&1 &
+  ENVTEST_ASSETS=$assets env -u KUBECONFIG "$root/hack/run.sh" >"$out/run.log" 2>&1 &
 run_pid=$!
+export KUBECONFIG=$out/run/kubeconfig # the platform control plane run.sh starts
 stop() {
   local code=$?
   say "Stopping the operator and the control plane"

@@ -75,6 +75,7 @@ func TestControllerManagerArgs(t *testing.T) {
 			assert.Equal(t, "/state/uid-7/pki/ca.key", f["--cluster-signing-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-private-key-file"])
 			assert.Equal(t, "false", f["--leader-elect"])
+			assert.Equal(t, "100", f["--kube-api-qps"], "its forty controllers' clients start without client-side throttling")
 			assert.Equal(t, "127.0.0.1", f["--bind-address"], "health and metrics on the loopback only")
 			assert.Equal(t, "41240", f["--secure-port"])
 			assert.Equal(t, "/state/uid-7/pki/kube-controller-manager-serving.crt", f["--tls-cert-file"])
