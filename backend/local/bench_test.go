@@ -283,6 +283,12 @@ var benchTunings = []struct {
 	{"no-gogc", func() Tuning { t := DefaultTuning; t.GOGC = ""; return t }()},
 	{"watchcache-on", func() Tuning { t := DefaultTuning; t.WatchCache = true; return t }()},
 	{"kcm-1-worker", func() Tuning { t := DefaultTuning; t.ConcurrentSyncs = 1; return t }()},
+	{"apiserver-140MiB", func() Tuning { t := DefaultTuning; t.APIServerGOMEMLIMIT = "140MiB"; return t }()},
+	{"tight-memlimit", func() Tuning {
+		t := DefaultTuning
+		t.APIServerGOMEMLIMIT, t.ControllerManagerGOMEMLIMIT, t.EtcdGOMEMLIMIT = "120MiB", "40MiB", "32MiB"
+		return t
+	}()},
 }
 
 // BenchmarkIdleRSS measures the resident memory of idle clusters, per Tuning variant: it starts
@@ -298,10 +304,13 @@ func BenchmarkIdleRSS(b *testing.B) {
 	for _, v := range benchTunings {
 		b.Run(v.name, func(b *testing.B) {
 			rss := map[string][]float64{}
-			var pssMiB []float64
+			var pssMiB, privateMiB, cpuPct []float64
 			for i := range b.N {
-				idleRSS(b, i, v.tuning, rss, &pssMiB)
+				idleRSS(b, i, v.tuning, rss, &pssMiB, &privateMiB, &cpuPct)
 			}
+			// CPU time of a cluster's three processes while idle, in % of one core: a memory limit
+			// below the live heap would show here as garbage collection that never ends.
+			b.ReportMetric(mean(cpuPct), "idle-cpu-%")
 			api, etcd, kcm := mean(rss[procAPIServer]), mean(rss[procEtcd]), mean(rss[procControllerManager])
 			b.ReportMetric(api, "apiserver-MiB")
 			b.ReportMetric(etcd, "etcd-MiB")
@@ -312,14 +321,17 @@ func BenchmarkIdleRSS(b *testing.B) {
 			pss := mean(pssMiB)
 			b.ReportMetric(pss, "pss-MiB")
 			b.ReportMetric(24*1024/pss, "clusters-per-24GiB-by-pss")
+			// Pages no other process maps: what a cluster costs when so many run that the shared
+			// code pages count for nothing per cluster.
+			b.ReportMetric(mean(privateMiB), "private-MiB")
 		})
 	}
 }
 
 // idleRSS runs one iteration of BenchmarkIdleRSS on a backend of its own, which it stops before
 // it returns; it appends the RSS in MiB of each cluster's processes to rss (by process name) and
-// each cluster's PSS (its processes together) to pssMiB.
-func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float64, pssMiB *[]float64) {
+// each cluster's PSS and private memory (its processes together) to pssMiB and privateMiB.
+func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float64, pssMiB, privateMiB, cpuPct *[]float64) {
 	h := startBenchBackend(b, idleClusters, &tuning)
 	defer h.stop()
 	cls := make([]*clustersv1alpha1.Cluster, idleClusters)
@@ -334,12 +346,31 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 
 	time.Sleep(idleSettle) // a fixed wait: see idleSettle
 
+	// The CPU the clusters' processes use while idle, over a fixed window.
+	ticks := func() []float64 {
+		out := make([]float64, len(cls))
+		for i, cl := range cls {
+			for _, pid := range h.b.PIDs(cl.UID) {
+				t, err := cpuTicks(pid)
+				require.NoError(b, err)
+				out[i] += t
+			}
+		}
+		return out
+	}
+	before, t0 := ticks(), time.Now()
+	time.Sleep(cpuWindow) // a measurement window, not a wait for something
+	after, window := ticks(), time.Since(t0)
+	for i := range cls {
+		*cpuPct = append(*cpuPct, 100*(after[i]-before[i])/clockTicks/window.Seconds())
+	}
+
 	for _, cl := range cls {
 		s, err := h.b.Ensure(b.Context(), cl, h.version)
 		require.NoError(b, err)
 		require.True(b, complete(s), "%s is still complete after %s idle: %s: %s", cl.Name, idleSettle, s.Reason, s.Message)
 		pids := h.b.PIDs(cl.UID)
-		var pss float64
+		var pss, private float64
 		for _, name := range []string{procAPIServer, procEtcd, procControllerManager} {
 			pid := pids[name]
 			require.NotZero(b, pid, "%s of %s runs", name, cl.Name)
@@ -349,9 +380,35 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 			p, err := pssKiB(pid)
 			require.NoError(b, err, "%s of %s", name, cl.Name)
 			pss += float64(p) / 1024
+			for _, field := range []string{"Private_Clean:", "Private_Dirty:"} {
+				kib, err := procKiB(pid, "smaps_rollup", field)
+				require.NoError(b, err, "%s of %s", name, cl.Name)
+				private += float64(kib) / 1024
+			}
 		}
 		*pssMiB = append(*pssMiB, pss)
+		*privateMiB = append(*privateMiB, private)
 	}
+}
+
+// cpuWindow is how long BenchmarkIdleRSS counts the idle clusters' CPU time.
+const cpuWindow = 5 * time.Second
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
+const clockTicks = 100
+
+// cpuTicks reads utime+stime of pid from /proc/<pid>/stat, in clock ticks.
+func cpuTicks(pid int) (float64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after its closing parenthesis are fixed.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	s, err2 := strconv.ParseFloat(f[12], 64)
+	return u + s, errors.Join(err1, err2)
 }
 
 // vmRSSKiB reads VmRSS (in KiB) from /proc/<pid>/status.
