@@ -70,10 +70,11 @@ fuzz: ## Fuzz the selector decoder for FUZZTIME (default 30s).
 	go test ./api/clusters/v1alpha1 -run '^$$' -fuzz FuzzSelector -fuzztime $${FUZZTIME:-30s}
 
 E2E_TEST := $(ENVTEST_ASSETS)/e2e.test
+GINKGO   := $(ENVTEST_ASSETS)/ginkgo
 
 .PHONY: conformance
-conformance: envtest $(E2E_TEST) ## Upstream [Conformance] tests against a local cluster of the operator (docs/conformance.md; about an hour).
-	ENVTEST_ASSETS=$(ENVTEST_ASSETS) E2E_TEST=$(E2E_TEST) hack/conformance.sh
+conformance: envtest $(E2E_TEST) $(GINKGO) ## Upstream [Conformance] tests against a local cluster of the operator (docs/conformance.md).
+	ENVTEST_ASSETS=$(ENVTEST_ASSETS) E2E_TEST=$(E2E_TEST) GINKGO=$(GINKGO) hack/conformance.sh
 
 .PHONY: run
 run: envtest ## Run the operator locally: a control plane in .run/ (or $KUBECONFIG's), CRDs, samples.
@@ -113,6 +114,11 @@ $(ETCD):
 # The upstream e2e suite of the served version, for `make conformance` only (not in `make test`).
 $(E2E_TEST):
 	hack/build-envtest.sh e2e.test $(K8S_VERSION) $@
+
+# The ginkgo CLI of the version k8s.io/kubernetes requires: it runs e2e.test in parallel processes.
+$(GINKGO):
+	@v=$$(go mod download -json k8s.io/kubernetes@v$(K8S_VERSION) | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p' | xargs awk '$$1 == "github.com/onsi/ginkgo/v2" {print $$2}'); \
+	  mkdir -p $(ENVTEST_ASSETS) && GOBIN=$(ENVTEST_ASSETS) go install github.com/onsi/ginkgo/v2/ginkgo@$$v
 
 # envtest only needs kubectl for its optional helpers; link the one on the PATH when present.
 $(ENVTEST_ASSETS)/kubectl:

@@ -17,7 +17,8 @@
 # address may not be (one conformance test checks them). Its API server listens on every
 # interface while the suite runs.
 #
-# Environment: ENVTEST_ASSETS, E2E_TEST (required; the Makefile sets them), ADVERTISE_HOST,
+# Environment: ENVTEST_ASSETS, E2E_TEST, GINKGO (required; the Makefile sets them), PROCS (4
+# parallel ginkgo processes), ADVERTISE_HOST,
 # FOCUS (override the focus, e.g. one test while debugging), E2E_ARGS (more e2e.test flags).
 set -euo pipefail
 
@@ -25,6 +26,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/.conformance
 assets=${ENVTEST_ASSETS:?set ENVTEST_ASSETS (make conformance does)}
 e2e=${E2E_TEST:?set E2E_TEST to the e2e.test binary (make conformance does)}
+ginkgo=${GINKGO:?set GINKGO to the ginkgo CLI (make conformance builds it)}
+procs=${PROCS:-4}
 focus=${FOCUS:-'\[Conformance\]'}
 read -r -a e2e_args <<<"${E2E_ARGS:-}"
 advertise=${ADVERTISE_HOST:-$(hostname -I 2>/dev/null | tr ' ' '\n' | grep -m1 -E '^[0-9]+\.' || echo 127.0.0.1)}
@@ -33,6 +36,28 @@ say() { printf '==> %s\n' "$*" >&2; }
 
 rm -rf "$out"
 mkdir -p "$out/report"
+
+# names prints the test names of a list file (comments and reasons removed).
+names() { sed -e '/^#/d' -e '/^[[:space:]]*$/d' -e 's/ # .*$//' "$1"; }
+# The skip list: every name regexp-quoted and anchored at its end, joined with |. (Ginkgo matches
+# against a text that does not always start with the name's first word, so no ^.)
+skip=$(names "$root/hack/conformance/skip.txt" | sed -e 's/[][\.*^$(){}?+|/]/\\&/g' -e 's/$/$/' | paste -sd '|' -)
+skipped=$(names "$root/hack/conformance/skip.txt" | wc -l)
+
+# The lists are checked before anything runs: a dry run must select exactly keep.txt, so no
+# skip entry misses its test and none hides another.
+if [ "$focus" = '\[Conformance\]' ]; then
+  "$e2e" --ginkgo.dry-run --ginkgo.v --ginkgo.no-color --ginkgo.focus="$focus" --ginkgo.skip="$skip" >"$out/dry-run.log" 2>&1 || true
+  # A selected spec's header line is followed by its source location; its labels end the line.
+  grep -B1 '^k8s.io/kubernetes' "$out/dry-run.log" | grep '^\[sig-' |
+    sed -E -e 's/ \[[^]]*, [^]]*\]$//' -e 's/ \[sig-[a-z-]+\]$//' | sort >"$out/selected.txt"
+  if ! diff <(names "$root/hack/conformance/keep.txt" | sort) "$out/selected.txt" >"$out/selection.diff"; then
+    say "the tests selected differ from hack/conformance/keep.txt (< keep.txt, > selected):"
+    cat "$out/selection.diff" >&2
+    exit 1
+  fi
+  say "The dry run selects exactly the $(wc -l <"$out/selected.txt") tests of hack/conformance/keep.txt"
+fi
 
 say "Starting the operator and a platform control plane (hack/run.sh, logs in $out/run.log)"
 RUN_DIR=$out/run PROVIDER_NAME=local METRICS_BIND_ADDRESS=0 HEALTH_PROBE_BIND_ADDRESS=127.0.0.1:0 \
@@ -78,17 +103,15 @@ kubectl wait -n default accessrequest/conformance --for=jsonpath='{.status.phase
 kubectl get secret -n default conformance.kubeconfig -o jsonpath='{.data.kubeconfig}' | base64 -d >"$out/cluster.kubeconfig"
 chmod 600 "$out/cluster.kubeconfig"
 
-# The skip list: every name regexp-quoted and anchored, joined with |.
-skip=$(sed -e '/^#/d' -e '/^[[:space:]]*$/d' -e 's/ # .*$//' "$root/hack/conformance/skip.txt" |
-  sed -e 's/[][\.*^$(){}?+|/]/\\&/g' -e 's/^/^/' -e 's/$/$/' | paste -sd '|' -)
-skipped=$(grep -vc -e '^#' -e '^[[:space:]]*$' "$root/hack/conformance/skip.txt")
 say "Running e2e.test: focus $focus, $skipped tests skipped by hack/conformance/skip.txt (log: $out/e2e.log)"
 start=$SECONDS
 rc=0
-"$e2e" --kubeconfig="$out/cluster.kubeconfig" --provider=skeleton --num-nodes=1 \
-  --kubectl-path="$(command -v kubectl)" --report-dir="$out/report" \
-  --ginkgo.focus="$focus" --ginkgo.skip="$skip" --ginkgo.no-color --ginkgo.timeout=4h \
-  ${e2e_args[@]+"${e2e_args[@]}"} >"$out/e2e.log" 2>&1 || rc=$?
+e2e_flags=(--kubeconfig="$out/cluster.kubeconfig" --provider=skeleton --num-nodes=1
+  --kubectl-path="$(command -v kubectl)" --report-dir="$out/report")
+# ginkgo runs the suite in $procs processes; the [Serial] tests run alone at the end. The tests
+# mostly wait for the cluster, so more processes than cores pay.
+"$ginkgo" --procs="$procs" --no-color -v --timeout=4h --focus="$focus" --skip="$skip" \
+  "$e2e" -- "${e2e_flags[@]}" ${e2e_args[@]+"${e2e_args[@]}"} >"$out/e2e.log" 2>&1 || rc=$?
 elapsed=$((SECONDS - start))
 
 {
