@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,7 +28,7 @@ var env *testenv.Env
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
 
 // kustomizations are the bases and overlays of deploy/.
-var kustomizations = []string{"default", filepath.Join("overlays", "persistent-state")}
+var kustomizations = []string{"default", filepath.Join("overlays", "ephemeral")}
 
 func TestKustomizationsApply(t *testing.T) {
 	for _, dir := range kustomizations {
@@ -82,11 +83,49 @@ func TestDeployment(t *testing.T) {
 				env = append(env, e.Name)
 			}
 			assert.Subset(t, env, []string{"POD_NAMESPACE", "PROVIDER_NAME", "ENVIRONMENT"})
-			for _, v := range pod.Volumes {
-				if v.Name == "state" && dir != "default" {
-					assert.NotNil(t, v.PersistentVolumeClaim, "the overlay keeps the state on a claim")
-					assert.Nil(t, v.EmptyDir)
+			assert.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type, "never two pods on the claim")
+		})
+	}
+}
+
+// TestStateVolume: deploy/default keeps the clusters' state on its PersistentVolumeClaim (no data
+// lost with the pod); the ephemeral overlay keeps it in an emptyDir and yields no claim.
+func TestStateVolume(t *testing.T) {
+	for _, tc := range []struct {
+		dir   string
+		claim bool
+	}{
+		{"default", true},
+		{filepath.Join("overlays", "ephemeral"), false},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			var d *appsv1.Deployment
+			var claims []string
+			for _, o := range build(t, tc.dir) {
+				switch o.GetKind() {
+				case "Deployment":
+					d = &appsv1.Deployment{}
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+				case "PersistentVolumeClaim":
+					claims = append(claims, o.GetNamespace()+"/"+o.GetName())
 				}
+			}
+			require.NotNil(t, d)
+			var state *corev1.Volume
+			for i, v := range d.Spec.Template.Spec.Volumes {
+				if v.Name == "state" {
+					state = &d.Spec.Template.Spec.Volumes[i]
+				}
+			}
+			require.NotNil(t, state, "the state volume")
+			if tc.claim {
+				require.NotNil(t, state.PersistentVolumeClaim, "the state is on a claim")
+				assert.Nil(t, state.EmptyDir)
+				assert.Equal(t, []string{"cluster-provider-system/" + state.PersistentVolumeClaim.ClaimName}, claims, "the claim is part of the output")
+			} else {
+				assert.NotNil(t, state.EmptyDir)
+				assert.Nil(t, state.PersistentVolumeClaim)
+				assert.Empty(t, claims, "no claim")
 			}
 		})
 	}

@@ -2,7 +2,7 @@
 # `make e2e-kind`: the scenario suite against the operator deployed into a kind cluster.
 #
 # Creates kind cluster $KIND_CLUSTER (default cluster-provider-e2e), builds the image $IMAGE
-# (default cluster-provider:dev) and loads it into the cluster, applies deploy/default, waits for
+# (default cluster-provider:dev) and loads it into the cluster, applies deploy/overlays/ephemeral, waits for
 # the operator to roll out, and runs TestScenarioOnKind (test/e2e) against it. The kind cluster is
 # deleted at the end unless KEEP=1. Needs a Docker engine (the Makefile checks first) and kubectl.
 set -euo pipefail
@@ -46,8 +46,11 @@ say "Building $IMAGE and loading it into $KIND_CLUSTER"
 make image IMAGE="$IMAGE"
 "$kind" load docker-image "$IMAGE" --name "$KIND_CLUSTER"
 
-say "Applying deploy/default"
-kubectl --kubeconfig "$kubeconfig" apply --server-side -k deploy/default
+# deploy/overlays/ephemeral, not deploy/default: a throw-away platform needs no claim, and a kind
+# node made offline has no image for a volume provisioner, so deploy/default's claim would stay
+# Pending.
+say "Applying deploy/overlays/ephemeral"
+kubectl --kubeconfig "$kubeconfig" apply --server-side -k deploy/overlays/ephemeral
 kubectl --kubeconfig "$kubeconfig" -n cluster-provider-system set image deploy/cluster-provider operator="$IMAGE"
 kubectl --kubeconfig "$kubeconfig" -n cluster-provider-system rollout status deploy/cluster-provider --timeout=5m
 
