@@ -18,6 +18,16 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(badConfig, []byte("accessRequest:\n  selector:\n    matchExpressions:\n    - {key: a, operator: Like, values: [x]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A --local-binaries folder of an earlier release: kube-apiserver and etcd, no controller manager.
+	oldBins := filepath.Join(dir, "bins")
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if err := os.MkdirAll(oldBins, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(oldBins, name), []byte("#!/bin/sh\necho Kubernetes v1.37.1\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := map[string]struct {
 		args       []string
 		wantCode   int
@@ -40,6 +50,10 @@ func TestRun(t *testing.T) {
 			args:       []string{"run", "--provider-name=x", "--kubeconfig", filepath.Join(dir, "nope"), "--metrics-bind-address=0", "--health-probe-bind-address=0"},
 			wantCode:   exitFailure,
 			wantStderr: "--kubeconfig " + filepath.Join(dir, "nope"),
+		},
+		"run with a binaries folder that lacks kube-controller-manager": {
+			args: []string{"run", "--provider-name=x", "--local-binaries", oldBins}, wantCode: exitUsage,
+			wantStderr: filepath.Join(oldBins, "kube-controller-manager") + ": no such file",
 		},
 		"init bad flag": {args: []string{"init", "--timeout=-1s"}, wantCode: exitUsage, wantStderr: "--timeout -1s: must be positive"},
 		"init missing kubeconfig": {
