@@ -2,8 +2,8 @@
 # `make run`: the operator in the foreground against a local control plane.
 #
 # The operator's local backend runs each Cluster's etcd, kube-apiserver and kube-controller-manager
-# from the same binaries,
-# with their state in .run/clusters/ (kept across restarts like the rest of .run/).
+# from the same binaries, with their state in .run/clusters/ (kept across restarts like the rest
+# of .run/).
 #
 # Without KUBECONFIG it starts etcd and kube-apiserver (cmd/devcluster, with the envtest binaries
 # in $ENVTEST_ASSETS) and keeps their state under .run/, so objects survive a restart; with
@@ -135,6 +135,7 @@ cat >&2 <<EOF
       kubectl get accessrequests       # sample-viewer: Granted once the Cluster is Ready
       kubectl get secret sample-viewer.kubeconfig -o jsonpath='{.data.kubeconfig}' | base64 -d > /tmp/sample.kubeconfig
       kubectl --kubeconfig /tmp/sample.kubeconfig get namespaces
+      kubectl --kubeconfig /tmp/sample.kubeconfig get pods -A     # the stock role view
       curl -s http://$probes/readyz
 EOF
 "$bin/cluster-provider" run --provider-name "$provider" \
