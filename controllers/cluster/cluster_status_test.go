@@ -28,6 +28,14 @@ func TestSetState(t *testing.T) {
 		Version:        "1.37.1",
 		ProviderStatus: map[string]any{"backend": "local", "restarts": 2},
 	}
+	// readyWith is ready, changed by change.
+	readyWith := func(change func(s *backend.State)) backend.State {
+		s := ready
+		change(&s)
+		return s
+	}
+	readyEndpoints := []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}}
+	const readyProvStatus = `{"backend":"local","restarts":2}`
 	tests := []struct {
 		name           string
 		state          backend.State
@@ -46,49 +54,41 @@ func TestSetState(t *testing.T) {
 			name: "ready", state: ready, wantPhase: common.PhaseReady,
 			wantProv: metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
-			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
-			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
 		},
 		{
 			name: "API server ready, controller manager starting: not Ready",
-			state: func() backend.State {
-				s := ready
+			state: readyWith(func(s *backend.State) {
 				s.ControllerManager = &backend.Part{Reason: backend.ReasonStarting, Message: "starts"}
-				return s
-			}(),
+			}),
 			wantPhase: common.PhaseProgressing,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
-			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
-			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
 			wantKCM:        metav1.ConditionFalse, wantKCMReason: backend.ReasonStarting,
 		},
 		{
 			name: "complete",
-			state: func() backend.State {
-				s := ready
+			state: readyWith(func(s *backend.State) {
 				s.ControllerManager = &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: "runs"}
-				return s
-			}(),
+			}),
 			wantPhase: common.PhaseReady,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
-			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
-			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
 			wantKCM:        metav1.ConditionTrue, wantKCMReason: backend.ReasonRunning,
 		},
 		{
-			name: "re-created after its data was lost: Ready, and says so",
-			state: func() backend.State {
-				s := ready
-				s.DataLost = "the folder was gone"
-				return s
-			}(),
+			name:      "re-created after its data was lost: Ready, and says so",
+			state:     readyWith(func(s *backend.State) { s.DataLost = "the folder was gone" }),
 			wantPhase: common.PhaseReady,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonDataLost,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
-			wantEndpoints:  []clustersv1alpha1.Endpoint{{Name: backend.EndpointAPIServerExternal, URL: "https://127.0.0.1:1234"}, {Name: "b", URL: "https://b"}},
-			wantProvStatus: `{"backend":"local","restarts":2}`,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
 		},
 		{
 			name:      "starting",
