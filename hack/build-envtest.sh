@@ -66,7 +66,7 @@ kube-apiserver | kube-controller-manager | kubernetes)
   [ "$what" = kubernetes ] && cmds=(kube-apiserver kube-controller-manager)
   pkgs=()
   for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  echo "building ${cmds[*]} v${version} from the module proxy (cold: about 10 CPU-minutes)" >&2
+  echo "building ${cmds[*]} v${version} from the module proxy (cold: about 20 CPU-minutes)" >&2
   mkdir -p "$work/out"
   go build -trimpath -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}"
   for c in "${cmds[@]}"; do
@@ -75,7 +75,7 @@ kube-apiserver | kube-controller-manager | kubernetes)
   ;;
 e2e.test)
   kubernetes_module
-  echo "building the upstream e2e.test v${version} from the module proxy (cold: about 15 CPU-minutes)" >&2
+  echo "building the upstream e2e.test v${version} from the module proxy (cold: about 20 CPU-minutes; more with other builds beside it)" >&2
   # k8s.io/kubernetes is one module: its go.mod already requires what test/e2e imports (ginkgo,
   # gomega, ...). No `go get`: it would raise the staging requirements from v0.0.0 and so miss the
   # build cache that kube-apiserver's build filled.
