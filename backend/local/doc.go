@@ -11,7 +11,9 @@
 // restarted operator adopts the folders of existing Clusters: same ports, same data. Readiness has
 // two parts, reported apart (State.Ready and State.ControllerManager): the API server serves (etcd
 // healthy, /readyz, /version), and the controller manager runs its controllers (its /healthz lists
-// the clusterrole-aggregation controller's check, which it adds once it has built them). The
+// the clusterrole-aggregation controller's check, which it adds once it has built them, and the
+// stock role view has its aggregated rules: the role users bind most works from the first
+// moment). The
 // Cluster reconciler turns them into the conditions APIServerReady and ControllerManagerReady; the
 // Cluster is Ready only with both.
 //

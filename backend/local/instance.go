@@ -319,7 +319,7 @@ func (in *instance) watchReady(ctx context.Context) {
 					apiReady = true
 				}
 			}
-			if !kcmReady && in.controllerManagerRuns(ctx, kcmURL) == nil {
+			if !kcmReady && in.controllerManagerRuns(ctx, kcmURL, url) == nil {
 				in.kcmUp(kcmEpoch)
 				kcmReady = true
 			}
@@ -353,15 +353,27 @@ func (in *instance) serving(ctx context.Context, url string) (string, error) {
 	return backend.Normalize(v.GitVersion), nil
 }
 
-// controllerManagerRuns reports whether the controller manager answers its /healthz and has built
-// its controllers (their checks are listed).
-func (in *instance) controllerManagerRuns(ctx context.Context, url string) error {
+// controllerManagerRuns reports whether the controller manager at url answers its /healthz, has
+// built its controllers (their checks are listed) and has done its first work: the stock role
+// view, served by the API server at apiURL, has its aggregated rules. A user who binds view as
+// soon as the cluster is Ready gets what view means.
+func (in *instance) controllerManagerRuns(ctx context.Context, url, apiURL string) error {
 	body, err := get(ctx, in.probe, url+"/healthz?verbose")
 	if err != nil {
 		return err
 	}
 	if !strings.Contains(string(body), "[+]"+kcmReadyCheck+" ok") {
 		return errors.New("kube-controller-manager has not started its controllers yet")
+	}
+	body, err = get(ctx, in.probe, apiURL+"/apis/rbac.authorization.k8s.io/v1/clusterroles/view")
+	if err != nil {
+		return err
+	}
+	var role struct {
+		Rules []json.RawMessage `json:"rules"`
+	}
+	if err := json.Unmarshal(body, &role); err != nil || len(role.Rules) == 0 {
+		return errors.New("the stock ClusterRole view is not aggregated yet")
 	}
 	return nil
 }

@@ -183,6 +183,9 @@ func TestClusterLifecycle(t *testing.T) {
 	cfg, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	cs := kubernetes.NewForConfigOrDie(cfg)
+	view, err := cs.RbacV1().ClusterRoles().Get(t.Context(), "view", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, view.Rules, "a complete cluster's view role is aggregated from the start")
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kept"}, Data: map[string]string{"k": "v"}}
 	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), cm, metav1.CreateOptions{})
 	require.NoError(t, err)
