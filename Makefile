@@ -66,8 +66,9 @@ bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/ben
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the selector decoder for FUZZTIME (default 30s).
+fuzz: ## Fuzz the selector decoder and the scheduler's configuration, FUZZTIME each (default 30s).
 	go test ./api/clusters/v1alpha1 -run '^$$' -fuzz FuzzSelector -fuzztime $${FUZZTIME:-30s}
+	go test ./controllers/scheduler -run '^$$' -fuzz FuzzConfig -fuzztime $${FUZZTIME:-30s}
 
 E2E_TEST := $(ENVTEST_ASSETS)/e2e.test
 GINKGO   := $(ENVTEST_ASSETS)/ginkgo
