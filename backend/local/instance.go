@@ -28,6 +28,9 @@ const (
 	stableAfter   = 30 * time.Second // a process that ran this long restarts with minBackoff again
 	probeInterval = 100 * time.Millisecond
 	probeTimeout  = 2 * time.Second
+	// healthFailures is how many health checks in a row a running controller manager may miss
+	// before it is restarted (as a liveness probe would).
+	healthFailures = 3
 	// retryNotReady is the safety net the reconciler gets while a cluster is not Ready; the
 	// Backend's notification normally comes first.
 	retryNotReady = 5 * time.Second
@@ -69,7 +72,10 @@ type instance struct {
 	procs    map[string]*process
 
 	cancel  context.CancelFunc
-	killNow atomic.Bool   // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
+	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
+	// hung is set when the controller manager is restarted for missing its health checks, so that
+	// its exit says why.
+	hung    atomic.Bool
 	done    chan struct{} // closed when every process has stopped
 	recheck chan struct{}
 }
@@ -196,9 +202,13 @@ func (in *instance) supervise(ctx context.Context, name string, start func(conte
 		if time.Since(started) > stableAfter {
 			backoff = minBackoff
 		}
-		in.log.Info("A process of the cluster exited; restarting it", "process", name, "exit", exitText(p.err), "backoff", backoff)
-		in.down(name, fmt.Sprintf("%s exited (%s); restarting it in %s (logs in %s).",
-			name, exitText(p.err), backoff, filepath.Join(in.dir, logDir)), true)
+		why := fmt.Sprintf("exited (%s)", exitText(p.err))
+		if name == procControllerManager && in.hung.Swap(false) {
+			why = fmt.Sprintf("missed %d health checks in a row and was stopped", healthFailures)
+		}
+		in.log.Info("A process of the cluster exited; restarting it", "process", name, "why", why, "backoff", backoff)
+		in.down(name, fmt.Sprintf("%s %s; restarting it in %s (logs in %s).",
+			name, why, backoff, filepath.Join(in.dir, logDir)), true)
 		if !sleep(ctx, backoff) {
 			return
 		}
@@ -300,11 +310,23 @@ func (in *instance) etcdHealthy(ctx context.Context) error {
 // server serves (etcd healthy, /readyz ok, /version read) and the controller manager runs its
 // controllers. Each part is declared Ready as soon as it is.
 func (in *instance) watchReady(ctx context.Context) {
+	tick := time.NewTicker(in.b.opts.HealthInterval)
+	defer tick.Stop()
+	missed := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-in.recheck:
+		case <-tick.C:
+			if missed = in.checkControllerManager(ctx, missed); missed < healthFailures {
+				continue
+			}
+			missed = 0
+			in.log.Info("The controller manager missed its health checks; restarting it", "missed", healthFailures)
+			in.hung.Store(true)
+			in.restartControllerManager()
+			continue
 		}
 		for {
 			in.mu.Lock()
@@ -351,6 +373,24 @@ func (in *instance) serving(ctx context.Context, url string) (string, error) {
 		return "", err
 	}
 	return backend.Normalize(v.GitVersion), nil
+}
+
+// checkControllerManager asks a Ready controller manager whether it is alive and returns how many
+// checks in a row it has missed, given missed before this one. One that is not Ready is left to
+// its supervisor and the readiness probe.
+func (in *instance) checkControllerManager(ctx context.Context, missed int) int {
+	in.mu.Lock()
+	ready := in.kcm.Ready
+	url := "https://127.0.0.1:" + strconv.Itoa(in.meta.Ports.ControllerManager) + "/healthz"
+	in.mu.Unlock()
+	if !ready {
+		return 0
+	}
+	if _, err := get(ctx, in.probe, url); err != nil {
+		in.log.V(1).Info("The controller manager missed a health check", "err", err.Error())
+		return missed + 1
+	}
+	return 0
 }
 
 // controllerManagerRuns reports whether the controller manager at url answers its /healthz, has

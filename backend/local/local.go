@@ -43,6 +43,9 @@ type Options struct {
 	Tuning *Tuning
 	// StopGrace is how long a process may take to stop after SIGTERM. Default 10s.
 	StopGrace time.Duration
+	// HealthInterval is how often a complete cluster's controller manager is asked whether it is
+	// alive; after healthFailures answers missing in a row it is restarted. Default 10s.
+	HealthInterval time.Duration
 	// Notify is told when a cluster's state changes by itself. Optional.
 	Notify backend.Notify
 	// ListClusters lists every Cluster of the platform cluster; Start uses it to adopt the
@@ -95,6 +98,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 10 * time.Second
+	}
+	if opts.HealthInterval <= 0 {
+		opts.HealthInterval = 10 * time.Second
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()

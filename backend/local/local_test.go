@@ -60,6 +60,8 @@ func startBackend(t *testing.T, stateDir string, maxClusters int, existing ...*c
 		StateDir:    stateDir,
 		MaxClusters: maxClusters,
 		StopGrace:   5 * time.Second,
+		// Short, so that a hung controller manager is restarted within seconds.
+		HealthInterval: 200 * time.Millisecond,
 		Notify: func(r backend.Ref) {
 			select {
 			case h.notified <- r:
@@ -223,6 +225,18 @@ func TestClusterLifecycle(t *testing.T) {
 			assert.NoError(t, err, "the data survives")
 		})
 	}
+
+	t.Run("a hung controller manager is restarted", func(t *testing.T) {
+		pid := h.b.PIDs(cl.UID)[procControllerManager]
+		require.NotZero(t, pid)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
+		down := h.await(cl, "controller manager not Ready while hung", func(s backend.State) bool { return !s.ControllerManager.Ready })
+		assert.Contains(t, down.ControllerManager.Message, "missed 3 health checks in a row")
+		assert.True(t, down.Ready, "the API server serves on")
+		h.await(cl, "complete again", complete)
+		assert.True(t, processGone(pid), "the hung process was killed")
+		assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[procControllerManager])
+	})
 
 	outer := t // the second backend must outlive this subtest
 	t.Run("operator restart adopts the cluster", func(t *testing.T) {
