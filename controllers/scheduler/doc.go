@@ -4,6 +4,8 @@
 // without its Clusters changing names or owners.
 //
 // What is here so far are its pure parts: the configuration (the `scheduler:` section of
-// --config) with its validation, the selector that decides which Clusters a purpose may use, and
-// the names of the Clusters it creates. No reconciler runs yet.
+// --config) with its validation, the selector that decides which Clusters a purpose may use, the
+// choice among candidate Clusters (Choose: scope, selectors, purpose, tenancy count from the
+// request finalizers, strategy, recovery of an earlier choice), and the names of the Clusters it
+// creates. No reconciler runs yet.
 package scheduler
