@@ -6,6 +6,8 @@
 // What is here so far are its pure parts: the configuration (the `scheduler:` section of
 // --config) with its validation, the selector that decides which Clusters a purpose may use, the
 // choice among candidate Clusters (Choose: scope, selectors, purpose, tenancy count from the
-// request finalizers, strategy, recovery of an earlier choice), and the names of the Clusters it
-// creates. No reconciler runs yet.
+// request finalizers, strategy, recovery of an earlier choice), and the Clusters it creates
+// (NewCluster: name, namespace, metadata, spec and finalizer, never changing the configured
+// template) with the request metadata an Exclusive Cluster receives (Propagate). No reconciler
+// runs yet.
 package scheduler
