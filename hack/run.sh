@@ -8,11 +8,12 @@
 # Without KUBECONFIG it starts etcd and kube-apiserver (cmd/devcluster, with the envtest binaries
 # in $ENVTEST_ASSETS) and keeps their state under .run/, so objects survive a restart; with
 # KUBECONFIG set it uses that cluster and starts nothing. Then it runs `cluster-provider init`,
-# applies deploy/samples/, and runs `cluster-provider run --provider-name local` until Ctrl-C (or
-# SIGTERM), which stops the operator and the control plane and checks that none of their
-# processes is left.
+# applies deploy/samples/, and runs `cluster-provider run --provider-name local` with the scheduler
+# (configured by deploy/samples/config/operator.yaml, or $CONFIG) until Ctrl-C (or SIGTERM), which
+# stops the operator and the control plane and checks that none of their processes is left.
 #
 # Environment: ENVTEST_ASSETS (required; `make run` sets it), RUN_DIR (.run), KUBECONFIG, PROVIDER_NAME (local),
+# CONFIG (deploy/samples/config/operator.yaml), CONTROLLERS (accessrequest,providerconfig,scheduler),
 # METRICS_BIND_ADDRESS (127.0.0.1:8080), HEALTH_PROBE_BIND_ADDRESS (127.0.0.1:8081), RUN_ARGS
 # (more flags for `cluster-provider run`, e.g. --zap-log-level=debug).
 set -euo pipefail
@@ -22,6 +23,8 @@ run_dir=${RUN_DIR:-$root/.run}
 bin=$run_dir/bin
 assets=${ENVTEST_ASSETS:?set ENVTEST_ASSETS to the folder of the envtest binaries (make run does)}
 provider=${PROVIDER_NAME:-local}
+config=${CONFIG:-$root/deploy/samples/config/operator.yaml}
+controllers=${CONTROLLERS:-accessrequest,providerconfig,scheduler}
 metrics=${METRICS_BIND_ADDRESS:-127.0.0.1:8080}
 probes=${HEALTH_PROBE_BIND_ADDRESS:-127.0.0.1:8081}
 read -r -a run_args <<<"${RUN_ARGS:-}"
@@ -131,14 +134,16 @@ cat >&2 <<EOF
       export KUBECONFIG=$KUBECONFIG
       kubectl get providerconfigs
       kubectl get clusterprofiles
-      kubectl get clusters -w          # sample: Progressing, then Ready in a few seconds
-      kubectl get accessrequests       # sample-viewer: Granted once the Cluster is Ready
+      kubectl get clusters -w          # sample, and exclusive-<hash> for sample-request: Ready in seconds
+      kubectl get clusterrequests      # sample-request: Granted, with its Cluster
+      kubectl get accessrequests       # sample-viewer, sample-request-viewer: Granted once their Cluster is Ready
       kubectl get secret sample-viewer.kubeconfig -o jsonpath='{.data.kubeconfig}' | base64 -d > /tmp/sample.kubeconfig
       kubectl --kubeconfig /tmp/sample.kubeconfig get namespaces
       kubectl --kubeconfig /tmp/sample.kubeconfig get pods -A     # the stock role view
       curl -s http://$probes/readyz
 EOF
 "$bin/cluster-provider" run --provider-name "$provider" \
+  --controllers "$controllers" --config "$config" \
   --metrics-bind-address "$metrics" --health-probe-bind-address "$probes" \
   --local-binaries "$assets" --state-dir "$run_dir/clusters" \
   --zap-encoder console ${run_args[@]+"${run_args[@]}"} &

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/openmcp-local/cluster-provider/controllers/labeller"
+	"github.com/openmcp-local/cluster-provider/controllers/scheduler"
 )
 
 // Config is the operator's configuration file (--config). Every section is optional; a missing
@@ -19,6 +20,10 @@ type Config struct {
 	// `accessRequest: {selector: <label selector>}`, as the AccessRequest controller's
 	// Configuration section describes.
 	AccessRequest *labeller.Config `json:"accessRequest,omitempty"`
+
+	// Scheduler configures the ClusterRequest scheduler (--controllers scheduler), which needs
+	// it: scope, strategy, selectors and purposeMappings (README, "Scheduler configuration").
+	Scheduler *scheduler.Config `json:"scheduler,omitempty"`
 }
 
 // loadConfig reads, strictly decodes and validates the configuration file at path. An empty path
@@ -56,9 +61,25 @@ func decodeConfig(data []byte, c *Config) error {
 	return errors.Join(strict...)
 }
 
-// Validate reports every invalid field of c, naming its path.
+// Validate fills in the defaults and reports every invalid field of c, naming its path.
 func (c *Config) Validate() error {
-	return c.AccessRequest.Validate()
+	errs := []error{c.AccessRequest.Validate()}
+	if c.Scheduler != nil {
+		c.Scheduler.Default()
+		errs = append(errs, c.Scheduler.Validate())
+	}
+	return errors.Join(errs...)
+}
+
+// checkControllers reports a controller that --controllers enables but whose section c lacks.
+func (c *Config) checkControllers(enabled map[string]bool, path string) error {
+	if enabled[controllerScheduler] && c.Scheduler == nil {
+		if path == "" {
+			return errors.New("--controllers names scheduler, which needs --config with a scheduler: section (its purposeMappings); see README, \"Scheduler configuration\"")
+		}
+		return fmt.Errorf("--controllers names scheduler, but --config %s has no scheduler: section; add one with its purposeMappings (README, \"Scheduler configuration\")", path)
+	}
+	return nil
 }
 
 // AccessRequestSelector is the labeller's selector: labels.Everything() unless the

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/openmcp-local/cluster-provider/controllers/scheduler"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -57,6 +61,37 @@ func TestLoadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestLoadSchedulerConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+scheduler:
+  purposeMappings:
+    mcp:
+      template:
+        spec: {profile: default.local.p, tenancy: Exclusive}
+`), 0o600))
+	c, err := loadConfig(path)
+	require.NoError(t, err)
+	require.NotNil(t, c.Scheduler)
+	assert.Equal(t, scheduler.ScopeCluster, c.Scheduler.Scope, "defaulted")
+	assert.Equal(t, scheduler.StrategyBalanced, c.Scheduler.Strategy, "defaulted")
+	assert.NoError(t, c.checkControllers(map[string]bool{controllerScheduler: true}, path))
+
+	require.NoError(t, os.WriteFile(path, []byte("scheduler:\n  purposeMapings: {}\n"), 0o600))
+	_, err = loadConfig(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `unknown field "scheduler.purposeMapings"`)
+}
+
+// TestSampleConfig loads the --config `make run` passes: it enables the scheduler.
+func TestSampleConfig(t *testing.T) {
+	c, err := loadConfig(filepath.Join("..", "..", "deploy", "samples", "config", "operator.yaml"))
+	require.NoError(t, err)
+	require.NotNil(t, c.Scheduler)
+	assert.NoError(t, c.checkControllers(map[string]bool{controllerScheduler: true}, "operator.yaml"))
+	assert.ElementsMatch(t, []string{"shared", "exclusive"}, slices.Collect(maps.Keys(c.Scheduler.PurposeMappings)))
 }
 
 func TestLoadConfigWithoutFile(t *testing.T) {

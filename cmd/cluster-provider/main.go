@@ -80,6 +80,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	cfg, err := loadConfig(o.ConfigPath)
+	if err == nil {
+		err = cfg.checkControllers(o.Enabled, o.ConfigPath)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "cluster-provider run: %v\n", err)
 		return exitUsage

@@ -18,6 +18,14 @@ func TestRun(t *testing.T) {
 	if err := os.WriteFile(badConfig, []byte("accessRequest:\n  selector:\n    matchExpressions:\n    - {key: a, operator: Like, values: [x]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	noScheduler := filepath.Join(dir, "access.yaml")
+	if err := os.WriteFile(noScheduler, []byte("accessRequest: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badScheduler := filepath.Join(dir, "scheduler.yaml")
+	if err := os.WriteFile(badScheduler, []byte("scheduler:\n  purposeMappings:\n    mcp:\n      tenancyCount: 2\n      template: {spec: {profile: p, tenancy: Exclusive}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A --local-binaries folder of an earlier release: kube-apiserver and etcd, no controller manager.
 	oldBins := filepath.Join(dir, "bins")
 	for _, name := range []string{"kube-apiserver", "etcd"} {
@@ -41,10 +49,22 @@ func TestRun(t *testing.T) {
 		"run -h":             {args: []string{"run", "-h"}, wantCode: exitOK, wantStdout: "-provider-name"},
 		"init -h":            {args: []string{"init", "--help"}, wantCode: exitOK, wantStdout: "-timeout"},
 		"run without name":   {args: []string{"run"}, wantCode: exitUsage, wantStderr: "--provider-name is required"},
-		"run bad controller": {args: []string{"run", "--provider-name=x", "--controllers=foo"}, wantCode: exitUsage, wantStderr: "valid are accessrequest, providerconfig"},
+		"run bad controller": {args: []string{"run", "--provider-name=x", "--controllers=foo"}, wantCode: exitUsage, wantStderr: "valid are accessrequest, providerconfig, scheduler"},
 		"run bad config": {
 			args: []string{"run", "--provider-name=x", "--config", badConfig}, wantCode: exitUsage,
 			wantStderr: "accessRequest.selector.matchExpressions[0].operator",
+		},
+		"run scheduler without config": {
+			args: []string{"run", "--provider-name=x", "--controllers=scheduler"}, wantCode: exitUsage,
+			wantStderr: "--controllers names scheduler, which needs --config with a scheduler: section",
+		},
+		"run scheduler without section": {
+			args: []string{"run", "--provider-name=x", "--controllers=scheduler,accessrequest", "--config", noScheduler}, wantCode: exitUsage,
+			wantStderr: "--config " + noScheduler + " has no scheduler: section",
+		},
+		"run bad scheduler section": {
+			args: []string{"run", "--provider-name=x", "--controllers=scheduler", "--config", badScheduler}, wantCode: exitUsage,
+			wantStderr: "scheduler.purposeMappings[mcp].tenancyCount",
 		},
 		"run missing kubeconfig": {
 			args:       []string{"run", "--provider-name=x", "--kubeconfig", filepath.Join(dir, "nope"), "--metrics-bind-address=0", "--health-probe-bind-address=0"},

@@ -27,6 +27,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/labeller"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/controllers/scheduler"
 	"github.com/openmcp-local/cluster-provider/manager"
 	"github.com/openmcp-local/cluster-provider/providerconfig"
 )
@@ -68,8 +69,8 @@ func restConfig(path string) (*rest.Config, error) {
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;patch;update
 
 // newOperator builds the manager of `run`: the engine that runs each ClusterProfile's
-// controllers, the ProviderConfig controller and the AccessRequest labeller as enabled, and the
-// health checks. Nothing runs until the manager starts.
+// controllers, the ProviderConfig controller, the AccessRequest labeller and the ClusterRequest
+// scheduler as enabled, and the health checks. Nothing runs until the manager starts.
 func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Binaries, log logr.Logger) (ctrl.Manager, error) {
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -135,6 +136,13 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 		r := &labeller.Reconciler{Selector: selector}
 		if err := r.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the %s controller: %w", controllerAccessRequest, err)
+		}
+	}
+
+	if o.Enabled[controllerScheduler] {
+		r := &scheduler.Reconciler{Config: c.Scheduler}
+		if err := r.SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the %s controller: %w", controllerScheduler, err)
 		}
 	}
 

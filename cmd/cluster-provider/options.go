@@ -22,10 +22,15 @@ import (
 const (
 	controllerProviderConfig = "providerconfig"
 	controllerAccessRequest  = "accessrequest"
+	controllerScheduler      = "scheduler"
 )
 
-// knownControllers are the valid --controllers names, sorted. All of them run by default.
-var knownControllers = []string{controllerAccessRequest, controllerProviderConfig}
+// knownControllers are the valid --controllers names, sorted.
+var knownControllers = []string{controllerAccessRequest, controllerProviderConfig, controllerScheduler}
+
+// defaultControllers run without --controllers. The scheduler runs only when named: it needs the
+// scheduler: section of --config, and openMCP's own scheduler may answer ClusterRequests instead.
+var defaultControllers = []string{controllerAccessRequest, controllerProviderConfig}
 
 // runOptions are the flags of `cluster-provider run`.
 type runOptions struct {
@@ -81,8 +86,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"This operator's name (required, a DNS label): ClusterProfiles name it as their provider, AccessRequests are labelled with it.")
 	fs.StringVar(&o.Environment, "environment", "default",
 		"The environment (a DNS label); ClusterProfiles are named <environment>.<provider-name>.<providerconfig>.")
-	fs.StringVar(&o.Controllers, "controllers", strings.Join(knownControllers, ","),
-		"Comma-separated controllers to run; valid are "+strings.Join(knownControllers, ", ")+".")
+	fs.StringVar(&o.Controllers, "controllers", strings.Join(defaultControllers, ","),
+		"Comma-separated controllers to run; valid are "+strings.Join(knownControllers, ", ")+" (scheduler needs the scheduler: section of --config).")
 	fs.StringVar(&o.ConfigPath, "config", "",
 		"Optional YAML configuration file (accessRequest.selector).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "",

@@ -3,9 +3,6 @@ package labeller
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -105,21 +102,7 @@ func arName(i int) string { return fmt.Sprintf("ar-%d", i) }
 func clusterName(i int) string { return fmt.Sprintf("cluster-%d", i%benchClusters) }
 
 // parallel runs f(0..n-1) on benchSetupWorkers goroutines.
-func parallel(b *testing.B, n int, f func(i int)) { parallelOn(benchSetupWorkers, n, f) }
-
-// parallelOn runs f(0..n-1) on workers goroutines.
-func parallelOn(workers, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
-}
+func parallel(b *testing.B, n int, f func(i int)) { testenv.Parallel(benchSetupWorkers, n, f) }
 
 // rawPatchLoop creates the AccessRequests raw-from … raw-(to-1), shaped like the bench ones but
 // outside the labeller's selector (not timed), then PATCHes both labels onto each with an
@@ -136,7 +119,7 @@ func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
 	require.NoError(b, err)
 	start := time.Now()
 	var failed atomic.Value
-	parallelOn(DefaultMaxConcurrentReconciles, len(ars), func(i int) {
+	testenv.Parallel(DefaultMaxConcurrentReconciles, len(ars), func(i int) {
 		ar := ars[i]
 		base := ar.DeepCopy()
 		ar.Labels[clustersv1alpha1.ProviderLabel] = "bench-provider"
@@ -156,9 +139,9 @@ func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
 // labels PATCH for every AccessRequest, stops it, and returns the time from the start, the time
 // from the first answered labels PATCH to the last, and the manager's requests by verb.
 func runLabeller(b *testing.B, ns string) (time.Duration, time.Duration, map[string]int64) {
-	counter := newRequestCounter(benchAccessRequests)
+	counter := testenv.NewRequestCounter("PATCH", benchAccessRequests)
 	cfg := rest.CopyConfig(env.Config)
-	cfg.WrapTransport = counter.wrap
+	cfg.WrapTransport = counter.Wrap
 	mgr := newManager(b, cfg, benchInstance, logr.Discard(), 0) // default workers
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,19 +149,16 @@ func runLabeller(b *testing.B, ns string) (time.Duration, time.Duration, map[str
 	start := time.Now()
 	go func() { done <- mgr.Start(ctx) }()
 	select {
-	case <-counter.finished:
+	case <-counter.Finished():
 	case err := <-done:
 		b.Fatalf("the manager stopped: %v", err)
 	case <-time.After(5 * time.Minute):
-		b.Fatalf("not finished after 5 minutes: %v", counter.snapshot())
+		b.Fatalf("not finished after 5 minutes: %v", counter.Snapshot())
 	}
 	elapsed := time.Since(start)
 	cancel()
 	require.NoError(b, <-done)
-	counter.mu.Lock()
-	steady := counter.last.Sub(counter.first)
-	counter.mu.Unlock()
-	return elapsed, steady, counter.snapshot()
+	return elapsed, counter.Steady(), counter.Snapshot()
 }
 
 // verifyLabelled checks, outside the timing, that every bench AccessRequest was prepared.
@@ -191,91 +171,5 @@ func verifyLabelled(b *testing.B, ns string) {
 		require.False(b, lacksLabel(ar), "%s is not labelled", ar.Name)
 		require.NotNil(b, ar.Spec.ClusterRef, "%s has no clusterRef", ar.Name)
 		require.Nil(b, meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved), "%s: a first-pass success writes no status", ar.Name)
-	}
-}
-
-// requestCounter counts the requests of one client by verb at its transport, and closes
-// finished once it has seen want successful labels PATCHes.
-type requestCounter struct {
-	mu       sync.Mutex
-	counts   map[string]int64
-	ok       map[string]int64
-	want     int64
-	finished chan struct{}
-	once     sync.Once
-	// first and last are when the first and the last successful PATCH were answered.
-	first, last time.Time
-}
-
-func newRequestCounter(want int) *requestCounter {
-	return &requestCounter{counts: map[string]int64{}, ok: map[string]int64{}, want: int64(want), finished: make(chan struct{})}
-}
-
-func (c *requestCounter) wrap(rt http.RoundTripper) http.RoundTripper {
-	return testenv.RoundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		verb := verbOf(req)
-		resp, err := rt.RoundTrip(req)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		c.counts[verb]++
-		if err == nil && resp.StatusCode < 300 {
-			c.ok[verb]++
-			if verb == "PATCH" {
-				if c.ok[verb] == 1 {
-					c.first = time.Now()
-				}
-				c.last = time.Now()
-			}
-		}
-		if c.ok["PATCH"] >= c.want {
-			c.once.Do(func() { close(c.finished) })
-		}
-		return resp, err
-	})
-}
-
-func (c *requestCounter) snapshot() map[string]int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.counts))
-	for k, v := range c.counts {
-		out[k] = v
-	}
-	return out
-}
-
-// verbOf names a request as the API server would: GET (one object), LIST, WATCH, PATCH,
-// statusPATCH, or other (discovery, Event writes, ...).
-func verbOf(req *http.Request) string {
-	path := req.URL.Path
-	var rest string
-	switch {
-	case strings.HasPrefix(path, "/api/v1/"):
-		rest = strings.TrimPrefix(path, "/api/v1/")
-	case strings.HasPrefix(path, "/apis/"):
-		if parts := strings.SplitN(strings.TrimPrefix(path, "/apis/"), "/", 3); len(parts) == 3 {
-			rest = parts[2]
-		}
-	}
-	segments := strings.Split(rest, "/")
-	if len(segments) >= 3 && segments[0] == "namespaces" {
-		segments = segments[2:]
-	}
-	isObject := rest != "" && len(segments) >= 2
-	switch {
-	case rest == "":
-		return "other"
-	case req.Method == http.MethodGet && req.URL.Query().Get("watch") != "" && req.URL.Query().Get("watch") != "false":
-		return "WATCH"
-	case req.Method == http.MethodGet && isObject:
-		return "GET"
-	case req.Method == http.MethodGet:
-		return "LIST"
-	case req.Method == http.MethodPatch && len(segments) == 3 && segments[2] == "status":
-		return "statusPATCH"
-	case req.Method == http.MethodPatch:
-		return "PATCH"
-	default:
-		return "other"
 	}
 }

@@ -38,21 +38,19 @@ type Choice struct {
 	Already bool
 }
 
-// Choose picks, among clusters, the one that serves req (of purpose pm under c): a candidate is in
-// scope, matches the combined selector and lists the purpose in spec.purposes. A candidate that
-// already carries the request's finalizer is the answer (recovery after a crash). Otherwise a
-// Shared mapping takes, of the candidates not being deleted and below tenancyCount, the one the
-// strategy picks (intn draws for Random); an Exclusive mapping never reuses a Cluster. clusters is
-// not changed.
-func (c *Config) Choose(purpose string, pm *PurposeMapping, req *clustersv1alpha1.ClusterRequest, clusters []clustersv1alpha1.Cluster, intn func(int) int) Choice {
+// Choose picks, among clusters, the one that serves req (of purpose pm under c): a candidate fits
+// (Fits). A candidate that already carries the request's finalizer is the answer (recovery after a
+// crash). Otherwise a Shared mapping takes, of the candidates not being deleted and below
+// tenancyCount, the one the strategy picks (intn draws for Random); an Exclusive mapping never
+// reuses a Cluster. clusters is not changed.
+func (c *Config) Choose(purpose string, pm *PurposeMapping, req *clustersv1alpha1.ClusterRequest, clusters []*clustersv1alpha1.Cluster, intn func(int) int) Choice {
 	sel, err := metav1.LabelSelectorAsSelector(CombinedSelector(c.Selectors.Clusters, pm.Selector))
 	if err != nil { // Validate rejects such a configuration before anything runs
 		return Choice{}
 	}
 	var candidates []*clustersv1alpha1.Cluster
-	for i := range clusters {
-		cl := &clusters[i]
-		if !c.inScope(pm, req, cl) || !sel.Matches(labels.Set(cl.Labels)) || !slices.Contains(cl.Spec.Purposes, purpose) {
+	for _, cl := range clusters {
+		if !c.fits(purpose, pm, req, cl, sel) {
 			continue
 		}
 		if slices.Contains(cl.Finalizers, RequestFinalizer(req.UID)) {
@@ -83,6 +81,17 @@ func (c *Config) Choose(purpose string, pm *PurposeMapping, req *clustersv1alpha
 			return cmp.Or(cmp.Compare(TenancyCount(a), TenancyCount(b)), byName(a, b))
 		})}
 	}
+}
+
+// Fits reports whether cl may serve req of purpose under pm: it is in scope, matches the combined
+// selector and lists the purpose in spec.purposes.
+func (c *Config) Fits(purpose string, pm *PurposeMapping, req *clustersv1alpha1.ClusterRequest, cl *clustersv1alpha1.Cluster) bool {
+	sel, err := metav1.LabelSelectorAsSelector(CombinedSelector(c.Selectors.Clusters, pm.Selector))
+	return err == nil && c.fits(purpose, pm, req, cl, sel)
+}
+
+func (c *Config) fits(purpose string, pm *PurposeMapping, req *clustersv1alpha1.ClusterRequest, cl *clustersv1alpha1.Cluster, sel labels.Selector) bool {
+	return c.inScope(pm, req, cl) && sel.Matches(labels.Set(cl.Labels)) && slices.Contains(cl.Spec.Purposes, purpose)
 }
 
 // inScope: with scope Namespaced, only Clusters in the template's namespace, else the request's.

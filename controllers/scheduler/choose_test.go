@@ -92,7 +92,11 @@ func TestChoose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Default()
 			before := len(tc.clusters)
-			got := tc.cfg.Choose("p", tc.pm, req, tc.clusters, func(n int) int { return n - 1 })
+			ptrs := make([]*clustersv1alpha1.Cluster, len(tc.clusters))
+			for i := range tc.clusters {
+				ptrs[i] = &tc.clusters[i]
+			}
+			got := tc.cfg.Choose("p", tc.pm, req, ptrs, func(n int) int { return n - 1 })
 			assert.Len(t, tc.clusters, before)
 			if tc.want == "" {
 				assert.Nil(t, got.Cluster)

@@ -12,10 +12,17 @@ type ClusterRequestSpec struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.purpose is immutable"
 	Purpose string `json:"purpose"`
+
+	// WaitForClusterDeletion keeps the ClusterRequest, once it is deleted, until the Cluster the
+	// scheduler deleted with it (because no other request used it) is gone. Default: false, the
+	// request goes as soon as its Cluster is released.
+	// +optional
+	WaitForClusterDeletion *bool `json:"waitForClusterDeletion,omitempty"`
 }
 
 // ClusterRequestStatus is the observed state of a ClusterRequest. Phase is Pending, Granted or
 // Denied.
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cluster) || (has(self.cluster) && self.cluster == oldSelf.cluster)",message="status.cluster cannot be changed or removed once set"
 type ClusterRequestStatus struct {
 	common.Status `json:",inline"`
 

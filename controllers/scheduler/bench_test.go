@@ -1,0 +1,139 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// Sizes of BenchmarkSchedule: the figure.
+const (
+	benchRequests      = 1000
+	benchClusters      = 100
+	benchTenancyCount  = 10
+	benchSetupWorkers  = 8
+	benchPurpose       = "bench"
+	benchClusterPrefix = "cluster-"
+)
+
+// BenchmarkSchedule answers benchRequests pre-created ClusterRequests of a Shared purpose with
+// tenancyCount benchTenancyCount against benchClusters existing Clusters, with a scheduler
+// (default workers) started after they exist. The time runs from the manager's start until the
+// last Granted status was written. Requests of the scheduler's manager are counted by verb at its
+// transport; afterwards every request must be Granted and every Cluster serve exactly
+// benchTenancyCount requests (the Balanced spread). Each of b.N iterations schedules a fresh set.
+func BenchmarkSchedule(b *testing.B) {
+	var total, steady time.Duration
+	var counts map[string]int64
+	for range b.N {
+		b.StopTimer()
+		ns, cfg := benchSetup(b)
+		b.StartTimer()
+		d, st, c := runBench(b, cfg)
+		b.StopTimer()
+		verifySpread(b, ns)
+		total += d
+		steady += st
+		counts = c
+	}
+	n := float64(benchRequests * b.N)
+	b.ReportMetric(n/total.Seconds(), "grants/s")
+	b.ReportMetric(float64((benchRequests-1)*b.N)/steady.Seconds(), "steady-grants/s")
+	for _, verb := range []string{"GET", "LIST", "WATCH", "PATCH", "statusPATCH", "POST", "other"} {
+		b.ReportMetric(float64(counts[verb])/benchRequests, verb+"/grant")
+	}
+	b.Logf("requests of the scheduler's manager in the last run: %v", counts)
+}
+
+// benchSetup creates a namespace with benchClusters Clusters of the bench purpose and
+// benchRequests ClusterRequests, and returns the scheduler configuration that selects them.
+func benchSetup(b *testing.B) (string, *Config) {
+	ctx := context.Background()
+	ns := env.Namespace(b)
+	mine := map[string]string{testLabel: ns}
+	testenv.Parallel(benchSetupWorkers, benchClusters, func(i int) {
+		require.NoError(b, env.Client.Create(ctx, &clustersv1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s%03d", benchClusterPrefix, i), Labels: mine},
+			Spec:       clustersv1alpha1.ClusterSpec{Profile: "prof", Tenancy: clustersv1alpha1.TenancyShared, Purposes: []string{benchPurpose}},
+		}))
+	})
+	testenv.Parallel(benchSetupWorkers, benchRequests, func(i int) {
+		require.NoError(b, env.Client.Create(ctx, &clustersv1alpha1.ClusterRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("request-%04d", i), Labels: mine},
+			Spec:       clustersv1alpha1.ClusterRequestSpec{Purpose: benchPurpose},
+		}))
+	})
+	pm := shared(benchTenancyCount)
+	pm.Template.Metadata.Labels = map[string]string{testLabel: ns}
+	cfg := &Config{
+		Selectors:       Selectors{Clusters: &metav1.LabelSelector{MatchLabels: mine}, Requests: &metav1.LabelSelector{MatchLabels: mine}},
+		PurposeMappings: map[string]*PurposeMapping{benchPurpose: pm},
+	}
+	cfg.Default()
+	require.NoError(b, cfg.Validate())
+	return ns, cfg
+}
+
+// runBench runs a scheduler until it has written benchRequests status patches and returns the
+// time from its start, the time from the first status patch to the last, and its requests.
+func runBench(b *testing.B, cfg *Config) (time.Duration, time.Duration, map[string]int64) {
+	counter := testenv.NewRequestCounter("statusPATCH", benchRequests)
+	restCfg := rest.CopyConfig(env.Config)
+	restCfg.WrapTransport = counter.Wrap
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:     testenv.Scheme,
+		Logger:     logr.Discard(),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(b, err)
+	require.NoError(b, (&Reconciler{Config: cfg}).SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-counter.Finished():
+	case err := <-done:
+		b.Fatalf("the manager stopped: %v", err)
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("not finished after 5 minutes: %v", counter.Snapshot())
+	}
+	elapsed := time.Since(start)
+	cancel()
+	require.NoError(b, <-done)
+	return elapsed, counter.Steady(), counter.Snapshot()
+}
+
+// verifySpread checks, outside the timing, that every request is Granted and every Cluster serves
+// exactly benchTenancyCount of them, and that no Cluster was created.
+func verifySpread(b *testing.B, ns string) {
+	ctx := context.Background()
+	crs := &clustersv1alpha1.ClusterRequestList{}
+	require.NoError(b, env.Client.List(ctx, crs, client.InNamespace(ns)))
+	require.Len(b, crs.Items, benchRequests)
+	for _, cr := range crs.Items {
+		require.Equal(b, common.PhaseGranted, cr.Status.Phase, "%s", cr.Name)
+	}
+	cls := &clustersv1alpha1.ClusterList{}
+	require.NoError(b, env.Client.List(ctx, cls, client.InNamespace(ns)))
+	require.Len(b, cls.Items, benchClusters, "no Cluster is created while the existing ones have room")
+	for i := range cls.Items {
+		require.Equal(b, benchTenancyCount, TenancyCount(&cls.Items[i]), "%s", cls.Items[i].Name)
+	}
+}
