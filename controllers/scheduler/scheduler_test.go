@@ -81,8 +81,11 @@ func TestPinnedName(t *testing.T) {
 	f := startScheduler(t, &Config{PurposeMappings: map[string]*PurposeMapping{"exclusive": exclusive()}})
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "foo"}}
 	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(context.Background(), ns)))
-	f.ns = "foo"
-	cr := f.request(t, "exclusive", "exclusive")
+	cr := &clustersv1alpha1.ClusterRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "foo", Name: "exclusive", Labels: map[string]string{testLabel: f.ns}},
+		Spec:       clustersv1alpha1.ClusterRequestSpec{Purpose: "exclusive"},
+	}
+	require.NoError(t, env.Client.Create(context.Background(), cr))
 	_, cl := awaitGranted(t, cr)
 	assert.Equal(t, "exclusive-qilq5nsb", cl.Name)
 	remove(t, cr)
