@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +19,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -37,15 +39,23 @@ const (
 // last Granted status was written. Requests of the scheduler's manager are counted by verb at its
 // transport; afterwards every request must be Granted and every Cluster serve exactly
 // benchTenancyCount requests (the Balanced spread). Each of b.N iterations schedules a fresh set.
+//
+// For scale, the same run has a raw client do a grant's three API writes (the request's finalizer,
+// the Cluster's finalizer, the Granted status) for as many fresh requests over as many fresh
+// Clusters, from as many goroutines as the scheduler has workers, half before and half after
+// the scheduler: rawGrants/s is what the API server allows for that work on this machine.
 func BenchmarkSchedule(b *testing.B) {
-	var total, steady time.Duration
+	var total, steady, raw time.Duration
 	var counts map[string]int64
 	for range b.N {
 		b.StopTimer()
 		ns, cfg := benchSetup(b)
+		rawNS, rawReqs := rawSetup(b)
+		raw += rawGrantLoop(b, rawNS, rawReqs[:benchRequests/2], 0)
 		b.StartTimer()
 		d, st, c := runBench(b, cfg)
 		b.StopTimer()
+		raw += rawGrantLoop(b, rawNS, rawReqs[benchRequests/2:], benchRequests/2)
 		verifySpread(b, ns)
 		total += d
 		steady += st
@@ -54,6 +64,7 @@ func BenchmarkSchedule(b *testing.B) {
 	n := float64(benchRequests * b.N)
 	b.ReportMetric(n/total.Seconds(), "grants/s")
 	b.ReportMetric(float64((benchRequests-1)*b.N)/steady.Seconds(), "steady-grants/s")
+	b.ReportMetric(n/raw.Seconds(), "rawGrants/s")
 	for _, verb := range []string{"GET", "LIST", "WATCH", "PATCH", "statusPATCH", "POST", "other"} {
 		b.ReportMetric(float64(counts[verb])/benchRequests, verb+"/grant")
 	}
@@ -87,6 +98,52 @@ func benchSetup(b *testing.B) (string, *Config) {
 	cfg.Default()
 	require.NoError(b, cfg.Validate())
 	return ns, cfg
+}
+
+// rawSetup creates, in a namespace of their own, benchClusters Clusters (each with a finalizer, so
+// that a JSON patch can append to the list) and benchRequests ClusterRequests for the raw loop.
+func rawSetup(b *testing.B) (string, []*clustersv1alpha1.ClusterRequest) {
+	ctx := context.Background()
+	ns := env.Namespace(b)
+	testenv.Parallel(benchSetupWorkers, benchClusters, func(i int) {
+		require.NoError(b, env.Client.Create(ctx, &clustersv1alpha1.Cluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s%03d", benchClusterPrefix, i), Finalizers: []string{"bench/hold"}},
+			Spec:       clustersv1alpha1.ClusterSpec{Profile: "prof", Tenancy: clustersv1alpha1.TenancyShared, Purposes: []string{benchPurpose}},
+		}))
+	})
+	reqs := make([]*clustersv1alpha1.ClusterRequest, benchRequests)
+	testenv.Parallel(benchSetupWorkers, benchRequests, func(i int) {
+		reqs[i] = &clustersv1alpha1.ClusterRequest{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("raw-%04d", i)},
+			Spec:       clustersv1alpha1.ClusterRequestSpec{Purpose: benchPurpose},
+		}
+		require.NoError(b, env.Client.Create(ctx, reqs[i]))
+	})
+	return ns, reqs
+}
+
+// rawGrantLoop does a grant's three writes for each of reqs (the i-th on Cluster (offset+i) mod
+// benchClusters) from DefaultMaxConcurrentReconciles goroutines and returns how long it took: an
+// optimistically locked merge patch of the request's finalizer, a JSON patch appending the
+// request finalizer to the Cluster, and a status merge patch.
+func rawGrantLoop(b *testing.B, ns string, reqs []*clustersv1alpha1.ClusterRequest, offset int) time.Duration {
+	ctx := context.Background()
+	c, err := client.New(env.Config, client.Options{Scheme: testenv.Scheme})
+	require.NoError(b, err)
+	start := time.Now()
+	testenv.Parallel(DefaultMaxConcurrentReconciles, len(reqs), func(i int) {
+		cr := reqs[i]
+		base := cr.DeepCopy()
+		cr.Finalizers = append(cr.Finalizers, Finalizer)
+		require.NoError(b, c.Patch(ctx, cr, kit.LockedMergeFrom(base)))
+		cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s%03d", benchClusterPrefix, (offset+i)%benchClusters)}}
+		add := fmt.Sprintf(`[{"op":"add","path":"/metadata/finalizers/-","value":%q}]`, RequestFinalizer(cr.UID))
+		require.NoError(b, c.Patch(ctx, cl, client.RawPatch(types.JSONPatchType, []byte(add))))
+		base = cr.DeepCopy()
+		setGranted(cr, cl, "shared")
+		require.NoError(b, c.Status().Patch(ctx, cr, client.MergeFrom(base)))
+	})
+	return time.Since(start)
 }
 
 // runBench runs a scheduler until it has written benchRequests status patches and returns the

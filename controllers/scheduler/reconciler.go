@@ -90,12 +90,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return kit.QuietConflict(ctrl.Result{}, r.reconcileNormal(ctx, cr))
 }
 
-// wants reports whether ClusterRequest o is the scheduler's: it matches selectors.requests, or it
-// carries the scheduler's finalizer (a request answered once is served until it is gone, even if
-// its labels change).
+// wants reports whether ClusterRequest o is the scheduler's: it matches selectors.requests and has
+// no ignore operation. Only the labels decide, as in openMCP's scheduler: instances with disjoint
+// selectors share the finalizer name, so carrying it says nothing about which one answered. (A
+// request relabelled out of the selector is left to whoever selects it now.)
 func (r *Reconciler) wants(o client.Object) bool {
-	return (r.requests.Matches(labels.Set(o.GetLabels())) || controllerutil.ContainsFinalizer(o, Finalizer)) &&
-		kit.OperationOf(o) != kit.OperationIgnore
+	return r.requests.Matches(labels.Set(o.GetLabels())) && kit.OperationOf(o) != kit.OperationIgnore
 }
 
 // reconcileNormal makes sure cr has its Cluster and reports the outcome in the status. An error

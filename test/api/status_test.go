@@ -100,3 +100,32 @@ func TestStatusSubresource(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterRequestStatusClusterImmutable: once set, status.cluster cannot be changed or removed
+// (the scheduler's answer is final); the rest of the status can change.
+func TestClusterRequestStatusClusterImmutable(t *testing.T) {
+	ctx := context.Background()
+	cr := &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace(t), Name: "cr"}, Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}}
+	require.NoError(t, env.Client.Create(ctx, cr))
+	cr.Status.Phase = common.PhasePending
+	require.NoError(t, env.Client.Status().Update(ctx, cr), "no cluster yet")
+	cr.Status.Phase = common.PhaseGranted
+	cr.Status.Cluster = &common.ObjectReference{Name: "c1", Namespace: "ns1"}
+	require.NoError(t, env.Client.Status().Update(ctx, cr), "set once")
+	meta.SetStatusCondition(&cr.Status.Conditions, metav1.Condition{Type: "Scheduled", Status: metav1.ConditionTrue, Reason: "Granted", Message: "m"})
+	require.NoError(t, env.Client.Status().Update(ctx, cr), "other fields may change")
+
+	for name, change := range map[string]func(*clustersv1alpha1.ClusterRequest){
+		"changed": func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster.Name = "c2" },
+		"removed": func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster = nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := &clustersv1alpha1.ClusterRequest{}
+			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cr), got))
+			change(got)
+			err := env.Client.Status().Update(ctx, got)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "status.cluster cannot be changed or removed once set")
+		})
+	}
+}
