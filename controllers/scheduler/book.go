@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +32,9 @@ type book struct {
 	assumed map[types.NamespacedName]assumed
 	// deleted holds the UIDs of Clusters the scheduler deleted, until the cache shows it.
 	deleted map[types.UID]time.Time
+	// pending holds, by Cluster, the request finalizers decided but not written yet: decisions
+	// count them as taken seats.
+	pending map[types.NamespacedName]map[string]bool
 	now     func() time.Time
 }
 
@@ -40,7 +46,7 @@ type assumed struct {
 }
 
 func newBook(reader client.Reader) *book {
-	return &book{reader: reader, assumed: map[types.NamespacedName]assumed{}, deleted: map[types.UID]time.Time{}, now: time.Now}
+	return &book{reader: reader, assumed: map[types.NamespacedName]assumed{}, deleted: map[types.UID]time.Time{}, pending: map[types.NamespacedName]map[string]bool{}, now: time.Now}
 }
 
 // clusters lists every Cluster of the cache, each replaced by the scheduler's own newer write and
@@ -90,7 +96,57 @@ func (b *book) clusters(ctx context.Context) ([]*clustersv1alpha1.Cluster, error
 			delete(b.deleted, uid)
 		}
 	}
+	for i, cl := range out {
+		if fs := b.pending[client.ObjectKeyFromObject(cl)]; len(fs) > 0 {
+			cl = cl.DeepCopy()
+			for f := range fs {
+				if !slices.Contains(cl.Finalizers, f) {
+					cl.Finalizers = append(cl.Finalizers, f)
+				}
+			}
+			out[i] = cl
+		}
+	}
 	return out, nil
+}
+
+// latest is the newest version of the Cluster key the scheduler knows, without pending
+// finalizers: the cache's, or its own later write. It reads the cache, never the API server.
+func (b *book) latest(ctx context.Context, key types.NamespacedName) (*clustersv1alpha1.Cluster, error) {
+	cl := &clustersv1alpha1.Cluster{}
+	err := b.reader.Get(ctx, key, cl)
+	a, ok := b.assumed[key]
+	switch {
+	case ok && (apierrors.IsNotFound(err) && a.created || err == nil && a.cluster.UID == cl.UID && newer(a.cluster.ResourceVersion, cl.ResourceVersion)):
+		return a.cluster, nil
+	case err != nil:
+		return nil, err
+	}
+	return cl, nil
+}
+
+// pend books finalizer f as decided for cl, not written yet.
+func (b *book) pend(cl *clustersv1alpha1.Cluster, f string) {
+	key := client.ObjectKeyFromObject(cl)
+	if b.pending[key] == nil {
+		b.pending[key] = map[string]bool{}
+	}
+	b.pending[key][f] = true
+}
+
+// pendingOf returns the pending finalizers of the Cluster key.
+func (b *book) pendingOf(key types.NamespacedName) []string {
+	return slices.Collect(maps.Keys(b.pending[key]))
+}
+
+// unpend removes finalizers from the pending ones of the Cluster key: written, or given up.
+func (b *book) unpend(key types.NamespacedName, fs ...string) {
+	for _, f := range fs {
+		delete(b.pending[key], f)
+	}
+	if len(b.pending[key]) == 0 {
+		delete(b.pending, key)
+	}
 }
 
 // assume records cl as the scheduler just wrote it (the API server's answer).

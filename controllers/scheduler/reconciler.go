@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -34,8 +35,9 @@ const Finalizer = "clusters.openmcp.cloud/request"
 
 // DefaultMaxConcurrentReconciles is the number of ClusterRequests worked on in parallel unless
 // Reconciler.MaxConcurrentReconciles says otherwise. Decisions are taken one at a time (see
-// book); the workers overlap the requests' own writes (finalizer, status) with them.
-const DefaultMaxConcurrentReconciles = 4
+// book), in memory; the writes (the request's finalizer, the Cluster's, the status) of several
+// requests run in parallel, as many as the API server takes (docs/benchmarks.md).
+const DefaultMaxConcurrentReconciles = 8
 
 // RBAC markers are package markers: they must not be part of a declaration's doc comment.
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=clusterrequests,verbs=get;list;watch;patch
@@ -65,9 +67,11 @@ type Reconciler struct {
 	Intn func(int) int
 
 	requests labels.Selector
-	// mu serializes decisions: every read of the book and every write to a Cluster.
-	mu   sync.Mutex
-	book *book
+	// mu serializes decisions and guards the book; creations and releases write under it, claims
+	// of existing Clusters outside it, ordered per Cluster by stripes.
+	mu      sync.Mutex
+	book    *book
+	stripes [stripes]sync.Mutex
 }
 
 // Reconcile answers one ClusterRequest: fetch → not ours? done → operation annotation → deleting?
@@ -143,10 +147,23 @@ func (r *Reconciler) report(ctx context.Context, before, cr *clustersv1alpha1.Cl
 
 // schedule finds or makes cr's Cluster and says how, in words for the condition's message.
 func (r *Reconciler) schedule(ctx context.Context, cr *clustersv1alpha1.ClusterRequest) (*clustersv1alpha1.Cluster, string, error) {
+	r.mu.Lock()
+	cl, how, err := r.decide(ctx, cr)
+	if err != nil || !needsWrite(cl, cr) {
+		r.mu.Unlock()
+		return cl, how, err
+	}
+	r.book.pend(cl, RequestFinalizer(cr.UID))
+	r.mu.Unlock()
+	cl, err = r.claim(ctx, cl, cr)
+	return cl, how, err
+}
+
+// decide finds or makes cr's Cluster (hold r.mu): a Cluster returned without the request's
+// finalizer (or, if Exclusive, its propagated metadata) is still to be claimed.
+func (r *Reconciler) decide(ctx context.Context, cr *clustersv1alpha1.ClusterRequest) (*clustersv1alpha1.Cluster, string, error) {
 	purpose := cr.Spec.Purpose
 	pm := r.Config.PurposeMappings[purpose]
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	clusters, err := r.book.clusters(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing Clusters: %w", err)
@@ -156,8 +173,7 @@ func (r *Reconciler) schedule(ctx context.Context, cr *clustersv1alpha1.ClusterR
 	}
 	// An earlier pass chose a Cluster but did not get to write the status.
 	if i := slices.IndexFunc(clusters, carries(cr.UID)); i >= 0 {
-		cl, err := r.claim(ctx, clusters[i], cr)
-		return cl, describe(cl, pm), err
+		return clusters[i], describe(clusters[i], pm), nil
 	}
 	if pm == nil {
 		return nil, "", kit.Errorf(ReasonNoPurposeMapping,
@@ -165,11 +181,10 @@ func (r *Reconciler) schedule(ctx context.Context, cr *clustersv1alpha1.ClusterR
 			purpose, strings.Join(slices.Sorted(maps.Keys(r.Config.PurposeMappings)), ", "))
 	}
 	if choice := r.Config.Choose(purpose, pm, cr, clusters, r.Intn); choice.Cluster != nil {
-		cl, err := r.claim(ctx, choice.Cluster, cr)
-		if err == nil {
+		if !choice.Already {
 			metricClusters.WithLabelValues("reused").Inc()
 		}
-		return cl, describe(cl, pm), err
+		return choice.Cluster, describe(choice.Cluster, pm), nil
 	}
 	nc := NewCluster(purpose, pm, cr)
 	if nc.Name != "" {
@@ -203,8 +218,7 @@ func (r *Reconciler) keep(ctx context.Context, cr *clustersv1alpha1.ClusterReque
 		}
 		return cl, "being deleted: this request's finalizer keeps it until the request is deleted", nil
 	}
-	cl, err := r.claim(ctx, cl, cr)
-	return cl, describe(cl, pm), err
+	return cl, describe(cl, pm), nil
 }
 
 // recreate creates the Cluster key of granted request cr anew after someone deleted it.
@@ -244,30 +258,78 @@ func (r *Reconciler) existing(ctx context.Context, cr *clustersv1alpha1.ClusterR
 			"Cluster %s, the name this request's Cluster gets, already serves another request; delete that request, or set the label %s: \"true\" on a new request to have a generated name",
 			key, LabelRandomizeClusterName)
 	}
-	got, err := r.claim(ctx, cl, cr)
-	if err == nil {
-		metricClusters.WithLabelValues("reused").Inc()
-	}
-	return got, describe(got, pm), err
+	metricClusters.WithLabelValues("reused").Inc()
+	return cl, describe(cl, pm), nil
 }
 
-// claim makes cl carry cr's finalizer and, if cl is Exclusive, cr's propagated metadata, with one
-// optimistically locked patch (none if nothing is missing). cl is not changed: the patched copy is
-// returned and booked.
+// needsWrite reports whether cl lacks cr's finalizer or, if Exclusive, cr's propagated metadata.
+func needsWrite(cl *clustersv1alpha1.Cluster, cr *clustersv1alpha1.ClusterRequest) bool {
+	if !carries(cr.UID)(cl) {
+		return true
+	}
+	return cl.Spec.Tenancy == clustersv1alpha1.TenancyExclusive && Propagate(cr, cl.DeepCopy())
+}
+
+// claim writes what cr needs on cl, the Cluster decided for it (with the finalizer booked as
+// pending): the request's finalizer, every other pending finalizer of that Cluster (one write for
+// the decisions taken meanwhile), and, if Exclusive, cr's propagated metadata. Writes to one
+// Cluster are taken one at a time (a stripe lock), each optimistically locked on the latest
+// version the scheduler knows; writes to different Clusters run in parallel, outside the decision
+// lock. On failure only cr's own finalizer is unbooked: the other decisions write their own.
 func (r *Reconciler) claim(ctx context.Context, cl *clustersv1alpha1.Cluster, cr *clustersv1alpha1.ClusterRequest) (*clustersv1alpha1.Cluster, error) {
-	next := cl.DeepCopy()
-	changed := controllerutil.AddFinalizer(next, RequestFinalizer(cr.UID))
+	key, f := client.ObjectKeyFromObject(cl), RequestFinalizer(cr.UID)
+	stripe := &r.stripes[stripeOf(key)]
+	stripe.Lock()
+	defer stripe.Unlock()
+	r.mu.Lock()
+	base, err := r.book.latest(ctx, key)
+	batch := r.book.pendingOf(key)
+	r.mu.Unlock()
+	written, err := r.writeClaim(ctx, base, err, cr, f, batch)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.book.unpend(key, f)
+		return nil, err
+	}
+	if written != base {
+		r.book.assume(written, false)
+	}
+	r.book.unpend(key, batch...)
+	r.book.unpend(key, f)
+	return written, nil
+}
+
+// writeClaim patches base (read with err) with cr's finalizer f, the batch and, if Exclusive,
+// cr's propagated metadata, and returns the written Cluster, or base if nothing was missing.
+func (r *Reconciler) writeClaim(ctx context.Context, base *clustersv1alpha1.Cluster, err error, cr *clustersv1alpha1.ClusterRequest, f string, batch []string) (*clustersv1alpha1.Cluster, error) {
+	if err != nil {
+		return nil, err
+	}
+	next := base.DeepCopy()
+	changed := false
+	for _, fin := range append(batch, f) {
+		changed = controllerutil.AddFinalizer(next, fin) || changed
+	}
 	if next.Spec.Tenancy == clustersv1alpha1.TenancyExclusive && Propagate(cr, next) {
 		changed = true
 	}
 	if !changed {
-		return cl, nil
+		return base, nil
 	}
-	if err := r.Client.Patch(ctx, next, kit.LockedMergeFrom(cl)); err != nil {
-		return nil, fmt.Errorf("updating Cluster %s: %w", klog.KObj(cl), err)
+	if err := r.Client.Patch(ctx, next, kit.LockedMergeFrom(base)); err != nil {
+		return nil, fmt.Errorf("updating Cluster %s: %w", klog.KObj(base), err)
 	}
-	r.book.assume(next, false)
 	return next, nil
+}
+
+// stripes is the number of stripe locks that order the writes to one Cluster.
+const stripes = 64
+
+func stripeOf(key types.NamespacedName) int {
+	h := fnv.New32a()
+	h.Write([]byte(key.String()))
+	return int(h.Sum32() % stripes)
 }
 
 // create creates nc and books it. A Cluster that exists meanwhile is a conflict (retried at once,
