@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -111,4 +112,49 @@ func TestBook(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBookPending: a decided finalizer counts as taken in every view until it is written or given
+// up; the base of a write is the latest version without it.
+func TestBookPending(t *testing.T) {
+	cached := versioned("a", "u", "4", "other")
+	r := &fakeReader{listReader: listReader{items: []clustersv1alpha1.Cluster{cached}}}
+	b := newBook(r)
+	b.pend(&cached, "request.clusters.openmcp.cloud/r1")
+	b.pend(&cached, "request.clusters.openmcp.cloud/r2")
+	view, err := b.clusters(context.Background())
+	require.NoError(t, err)
+	require.Len(t, view, 1)
+	assert.Equal(t, 3, len(view[0].Finalizers))
+	assert.Equal(t, 2, TenancyCount(view[0]))
+	assert.Equal(t, []string{"other"}, r.items[0].Finalizers, "the cache's object is not changed")
+
+	key := client.ObjectKeyFromObject(&cached)
+	base, err := b.latest(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"other"}, base.Finalizers, "a write's base has no pending finalizer")
+	written := versioned("a", "u", "5", "other", "request.clusters.openmcp.cloud/r1")
+	b.assume(&written, false)
+	base, err = b.latest(context.Background(), key)
+	require.NoError(t, err)
+	assert.Equal(t, "5", base.ResourceVersion, "the scheduler's own newer write")
+
+	b.unpend(key, "request.clusters.openmcp.cloud/r1", "request.clusters.openmcp.cloud/r2")
+	assert.Empty(t, b.pending)
+	view, err = b.clusters(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 1, TenancyCount(view[0]), "only the written one")
+}
+
+// fakeReader adds Get to listReader.
+type fakeReader struct{ listReader }
+
+func (r *fakeReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	for i := range r.items {
+		if client.ObjectKeyFromObject(&r.items[i]) == key {
+			r.items[i].DeepCopyInto(obj.(*clustersv1alpha1.Cluster))
+			return nil
+		}
+	}
+	return apierrors.NewNotFound(clustersv1alpha1.GroupVersion.WithResource("clusters").GroupResource(), key.Name)
 }

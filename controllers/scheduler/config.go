@@ -177,6 +177,19 @@ func (c *Config) validateMapping(purpose string, opts metav1validation.LabelSele
 	return errs
 }
 
+// RequestSelector is selectors.requests as a labels.Selector: every request when it is unset
+// (metav1.LabelSelectorAsSelector would make a nil selector match nothing).
+func (c *Config) RequestSelector() (labels.Selector, error) {
+	if c.Selectors.Requests == nil {
+		return labels.Everything(), nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(c.Selectors.Requests)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path.Child("selectors", "requests"), err)
+	}
+	return sel, nil
+}
+
 // CombinedSelector is the selector a purpose's candidates must match: the global Clusters
 // selector ANDed with the purpose's. On a key in both matchLabels the global value wins; the
 // matchExpressions of both apply. Neither argument is changed.

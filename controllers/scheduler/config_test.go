@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -165,4 +166,16 @@ func FuzzConfig(f *testing.F) {
 			assert.Contains(t, err.Error(), "scheduler.")
 		}
 	})
+}
+
+// TestRequestSelector: unset selects every request; set, only the matching ones.
+func TestRequestSelector(t *testing.T) {
+	sel, err := (&Config{}).RequestSelector()
+	require.NoError(t, err)
+	assert.True(t, sel.Matches(labels.Set{}), "no selector: every request")
+	assert.True(t, sel.Matches(labels.Set{"a": "b"}))
+	sel, err = (&Config{Selectors: Selectors{Requests: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}}}).RequestSelector()
+	require.NoError(t, err)
+	assert.True(t, sel.Matches(labels.Set{"team": "a"}))
+	assert.False(t, sel.Matches(labels.Set{"team": "b"}))
 }

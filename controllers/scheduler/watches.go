@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -64,9 +63,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Intn == nil {
 		r.Intn = rand.IntN
 	}
-	sel, err := metav1.LabelSelectorAsSelector(r.Config.Selectors.Requests)
+	sel, err := r.Config.RequestSelector()
 	if err != nil {
-		return fmt.Errorf("scheduler.selectors.requests: %w", err)
+		return err
 	}
 	r.requests = sel
 	r.book = newBook(r.Client)
