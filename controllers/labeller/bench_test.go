@@ -143,21 +143,7 @@ func runLabeller(b *testing.B, ns string) (time.Duration, time.Duration, map[str
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = counter.Wrap
 	mgr := newManager(b, cfg, benchInstance, logr.Discard(), 0) // default workers
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- mgr.Start(ctx) }()
-	select {
-	case <-counter.Finished():
-	case err := <-done:
-		b.Fatalf("the manager stopped: %v", err)
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("not finished after 5 minutes: %v", counter.Snapshot())
-	}
-	elapsed := time.Since(start)
-	cancel()
-	require.NoError(b, <-done)
+	elapsed := testenv.RunUntil(b, mgr, counter.Finished(), 5*time.Minute)
 	return elapsed, counter.Steady(), counter.Snapshot()
 }
 

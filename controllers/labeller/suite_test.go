@@ -14,11 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -54,16 +51,7 @@ func newManager(tb testing.TB, cfg *rest.Config, instance string, logger logr.Lo
 	tb.Helper()
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "labeller-" + instance
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  testenv.Scheme,
-		Logger:  logger,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{
-			SkipNameValidation: ptr.To(true),  // several managers run the same controller in one process
-			RecoverPanic:       ptr.To(false), // a panic fails the test binary loudly
-		},
-	})
-	require.NoError(tb, err)
+	mgr := testenv.NewManager(tb, cfg, logger)
 	sel, err := (&Config{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{instanceLabel: instance}}}).AsSelector()
 	require.NoError(tb, err)
 	require.NoError(tb, (&Reconciler{Selector: sel, MaxConcurrentReconciles: workers}).SetupWithManager(mgr))

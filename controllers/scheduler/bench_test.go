@@ -11,11 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -152,28 +148,9 @@ func runBench(b *testing.B, cfg *Config) (time.Duration, time.Duration, map[stri
 	counter := testenv.NewRequestCounter("statusPATCH", benchRequests)
 	restCfg := rest.CopyConfig(env.Config)
 	restCfg.WrapTransport = counter.Wrap
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:     testenv.Scheme,
-		Logger:     logr.Discard(),
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(b, err)
+	mgr := testenv.NewManager(b, restCfg, logr.Discard())
 	require.NoError(b, (&Reconciler{Config: cfg}).SetupWithManager(mgr))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	start := time.Now()
-	go func() { done <- mgr.Start(ctx) }()
-	select {
-	case <-counter.Finished():
-	case err := <-done:
-		b.Fatalf("the manager stopped: %v", err)
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("not finished after 5 minutes: %v", counter.Snapshot())
-	}
-	elapsed := time.Since(start)
-	cancel()
-	require.NoError(b, <-done)
+	elapsed := testenv.RunUntil(b, mgr, counter.Finished(), 5*time.Minute)
 	return elapsed, counter.Steady(), counter.Snapshot()
 }
 

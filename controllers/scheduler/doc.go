@@ -11,10 +11,11 @@
 // request metadata an Exclusive Cluster receives (Propagate).
 //
 // The Reconciler: a request gets the finalizer Finalizer; its Cluster carries RequestFinalizer of
-// the request's UID. Decisions are taken one at a time under a lock, each on the shared cache
-// overlaid with the scheduler's own writes the cache does not show yet (book), so a burst of
-// requests spreads exactly as the strategy says and never past tenancyCount; every write is
-// optimistically locked. A request that waits (condition Scheduled False: NoPurposeMapping,
+// the request's UID. Decisions are taken one at a time under a lock, in memory, each on the shared
+// cache overlaid with the scheduler's own decisions and writes the cache does not show yet (book),
+// so a burst of requests spreads exactly as the strategy says and never past tenancyCount. The
+// writes of a decision run outside the lock, one at a time per Cluster (carrying the finalizers
+// decided for it meanwhile), every one optimistically locked. A request that waits (condition Scheduled False: NoPurposeMapping,
 // ClusterConflict, WaitingForCluster, ClusterRejected) is brought back by a Cluster watch when a
 // Cluster is freed, goes or changes its labels or purposes. A granted Cluster that is gone is
 // created anew under the same name. Deleting a request releases its Cluster and deletes it if no

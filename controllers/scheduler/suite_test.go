@@ -14,11 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -78,16 +75,7 @@ func runScheduler(t testing.TB, ns string, cfg *Config, restCfg *rest.Config, op
 	if tt, ok := t.(*testing.T); ok {
 		logger = testr.New(tt)
 	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme:  testenv.Scheme,
-		Logger:  logger,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{
-			SkipNameValidation: ptr.To(true),  // every test runs its own scheduler
-			RecoverPanic:       ptr.To(false), // a panic fails the test binary loudly
-		},
-	})
-	require.NoError(t, err)
+	mgr := testenv.NewManager(t, restCfg, logger)
 	r := &Reconciler{Config: cfg}
 	for _, o := range opts {
 		o(r)

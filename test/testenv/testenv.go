@@ -13,15 +13,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
@@ -213,3 +218,43 @@ type RoundTripperFunc func(*http.Request) (*http.Response, error)
 
 // RoundTrip calls f.
 func (f RoundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// NewManager returns a manager on cfg for a test's controllers: the project's scheme, logger, no
+// metrics server, controller names not checked for uniqueness (tests run the same controller in
+// several managers of one process) and panics not recovered (a panic fails the test binary).
+func NewManager(tb testing.TB, cfg *rest.Config, logger logr.Logger) manager.Manager {
+	tb.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  Scheme,
+		Logger:  logger,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{
+			SkipNameValidation: ptr.To(true),
+			RecoverPanic:       ptr.To(false),
+		},
+	})
+	require.NoError(tb, err)
+	return mgr
+}
+
+// RunUntil starts mgr, waits until finished is closed (failing after within, or if the manager
+// stops first), stops it and returns the time from its start until finished.
+func RunUntil(tb testing.TB, mgr manager.Manager, finished <-chan struct{}, within time.Duration) time.Duration {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- mgr.Start(ctx) }()
+	select {
+	case <-finished:
+	case err := <-done:
+		tb.Fatalf("the manager stopped: %v", err)
+	case <-time.After(within):
+		tb.Fatalf("not finished after %s", within)
+	}
+	elapsed := time.Since(start)
+	cancel()
+	require.NoError(tb, <-done)
+	return elapsed
+}
