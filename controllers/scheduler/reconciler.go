@@ -177,7 +177,7 @@ func (r *Reconciler) decide(ctx context.Context, cr *clustersv1alpha1.ClusterReq
 	}
 	if pm == nil {
 		return nil, "", kit.Errorf(ReasonNoPurposeMapping,
-			"the scheduler has no purposeMapping for purpose %q (it has %s); add one to scheduler.purposeMappings in the operator's --config and restart the operator, or change the request's spec.purpose",
+			"the scheduler has no purposeMapping for purpose %q (it has %s); add one to scheduler.purposeMappings in the operator's --config and restart the operator, or make a new request with a purpose it has (spec.purpose cannot change)",
 			purpose, strings.Join(slices.Sorted(maps.Keys(r.Config.PurposeMappings)), ", "))
 	}
 	if choice := r.Config.Choose(purpose, pm, cr, clusters, r.Intn); choice.Cluster != nil {
