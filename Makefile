@@ -94,6 +94,11 @@ image: ## Build the container image $(IMAGE) (needs a Docker engine).
 	@hack/need-docker.sh "make image"
 	docker build --build-arg K8S_VERSION=$(K8S_VERSION) --build-arg ETCD_VERSION=$(ETCD_VERSION) -t $(IMAGE) .
 
+.PHONY: kind-smoke
+kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container (issue 17, step 1).
+	@hack/need-docker.sh "make kind-smoke"
+	hack/kind-smoke.sh
+
 .PHONY: e2e-kind
 e2e-kind: ## Create a kind cluster, load the image, deploy, run the scenario suite (needs a Docker engine).
 	@hack/need-docker.sh "make e2e-kind"
