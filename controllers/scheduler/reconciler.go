@@ -153,9 +153,13 @@ func (r *Reconciler) schedule(ctx context.Context, cr *clustersv1alpha1.ClusterR
 		r.mu.Unlock()
 		return cl, how, err
 	}
+	reused := !carries(cr.UID)(cl)
 	r.book.pend(cl, RequestFinalizer(cr.UID))
 	r.mu.Unlock()
 	cl, err = r.claim(ctx, cl, cr)
+	if err == nil && reused {
+		metricClusters.WithLabelValues("reused").Inc()
+	}
 	return cl, how, err
 }
 
@@ -181,9 +185,6 @@ func (r *Reconciler) decide(ctx context.Context, cr *clustersv1alpha1.ClusterReq
 			purpose, strings.Join(slices.Sorted(maps.Keys(r.Config.PurposeMappings)), ", "))
 	}
 	if choice := r.Config.Choose(purpose, pm, cr, clusters, r.Intn); choice.Cluster != nil {
-		if !choice.Already {
-			metricClusters.WithLabelValues("reused").Inc()
-		}
 		return choice.Cluster, describe(choice.Cluster, pm), nil
 	}
 	nc := NewCluster(purpose, pm, cr)
@@ -258,7 +259,6 @@ func (r *Reconciler) existing(ctx context.Context, cr *clustersv1alpha1.ClusterR
 			"Cluster %s, the name this request's Cluster gets, already serves another request; delete that request, or set the label %s: \"true\" on a new request to have a generated name",
 			key, LabelRandomizeClusterName)
 	}
-	metricClusters.WithLabelValues("reused").Inc()
 	return cl, describe(cl, pm), nil
 }
 
@@ -285,7 +285,10 @@ func (r *Reconciler) claim(ctx context.Context, cl *clustersv1alpha1.Cluster, cr
 	base, err := r.book.latest(ctx, key)
 	batch := r.book.pendingOf(key)
 	r.mu.Unlock()
-	written, err := r.writeClaim(ctx, base, err, cr, f, batch)
+	var written *clustersv1alpha1.Cluster
+	if err == nil {
+		written, err = r.writeClaim(ctx, base, cr, f, batch)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -300,12 +303,9 @@ func (r *Reconciler) claim(ctx context.Context, cl *clustersv1alpha1.Cluster, cr
 	return written, nil
 }
 
-// writeClaim patches base (read with err) with cr's finalizer f, the batch and, if Exclusive,
-// cr's propagated metadata, and returns the written Cluster, or base if nothing was missing.
-func (r *Reconciler) writeClaim(ctx context.Context, base *clustersv1alpha1.Cluster, err error, cr *clustersv1alpha1.ClusterRequest, f string, batch []string) (*clustersv1alpha1.Cluster, error) {
-	if err != nil {
-		return nil, err
-	}
+// writeClaim patches base with cr's finalizer f, the batch and, if Exclusive, cr's propagated
+// metadata, and returns the written Cluster, or base if nothing was missing.
+func (r *Reconciler) writeClaim(ctx context.Context, base *clustersv1alpha1.Cluster, cr *clustersv1alpha1.ClusterRequest, f string, batch []string) (*clustersv1alpha1.Cluster, error) {
 	next := base.DeepCopy()
 	changed := false
 	for _, fin := range append(batch, f) {
@@ -396,18 +396,32 @@ func (r *Reconciler) release(ctx context.Context, cr *clustersv1alpha1.ClusterRe
 	if err != nil {
 		return nil, fmt.Errorf("listing Clusters: %w", err)
 	}
+	var own types.NamespacedName // the Cluster the request was granted, if any
+	if cr.Status.Cluster != nil {
+		own = cr.Status.Cluster.Key(cr.Namespace)
+	}
 	var released []*clustersv1alpha1.Cluster
 	for _, cl := range clusters {
-		if cr.Status.Cluster != nil && client.ObjectKeyFromObject(cl) == cr.Status.Cluster.Key(cr.Namespace) && !carries(cr.UID)(cl) {
-			released = append(released, cl) // released by an earlier pass that did not get to delete it
-		}
+		key := client.ObjectKeyFromObject(cl)
 		if !carries(cr.UID)(cl) {
+			if key == own {
+				released = append(released, cl) // released by an earlier pass that did not get to delete it
+			}
 			continue
 		}
-		next := cl.DeepCopy()
+		// The write's base is the latest version without other requests' pending finalizers:
+		// they are written by their own claims.
+		base, err := r.book.latest(ctx, key)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading Cluster %s: %w", key, err)
+		}
+		next := base.DeepCopy()
 		controllerutil.RemoveFinalizer(next, RequestFinalizer(cr.UID))
-		if err := r.Client.Patch(ctx, next, kit.LockedMergeFrom(cl)); client.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("releasing Cluster %s: %w", klog.KObj(cl), err)
+		if err := r.Client.Patch(ctx, next, kit.LockedMergeFrom(base)); client.IgnoreNotFound(err) != nil {
+			return nil, fmt.Errorf("releasing Cluster %s: %w", key, err)
 		}
 		r.book.assume(next, false)
 		metricClusters.WithLabelValues("released").Inc()
@@ -416,17 +430,20 @@ func (r *Reconciler) release(ctx context.Context, cr *clustersv1alpha1.ClusterRe
 	}
 	var gone *clustersv1alpha1.Cluster
 	for _, cl := range released {
-		if cl.DeletionTimestamp.IsZero() && TenancyCount(cl) == 0 && cl.Annotations[AnnotationDeleteWithoutRequests] == "true" {
+		key := client.ObjectKeyFromObject(cl)
+		unused := TenancyCount(cl) == 0 && len(r.book.pendingOf(key)) == 0
+		switch {
+		case cl.DeletionTimestamp.IsZero() && unused && cl.Annotations[AnnotationDeleteWithoutRequests] == "true":
 			err := r.Client.Delete(ctx, cl, client.Preconditions{UID: &cl.UID, ResourceVersion: &cl.ResourceVersion})
 			if client.IgnoreNotFound(err) != nil {
-				return nil, fmt.Errorf("deleting Cluster %s, which no request uses: %w", klog.KObj(cl), err)
+				return nil, fmt.Errorf("deleting Cluster %s, which no request uses: %w", key, err)
 			}
 			r.book.forget(cl)
 			metricClusters.WithLabelValues("deleted").Inc()
 			r.Recorder.Eventf(cr, cl, corev1.EventTypeNormal, ReasonClusterDeleted, "Release",
 				"Deleted Cluster %s/%s: no request uses it and it has %s: \"true\"", cl.Namespace, cl.Name, AnnotationDeleteWithoutRequests)
 			gone = cl
-		} else if !cl.DeletionTimestamp.IsZero() && cr.Status.Cluster != nil && client.ObjectKeyFromObject(cl) == cr.Status.Cluster.Key(cr.Namespace) {
+		case !cl.DeletionTimestamp.IsZero() && key == own:
 			gone = cl
 		}
 	}
