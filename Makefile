@@ -90,9 +90,16 @@ build: ## Build bin/cluster-provider.
 IMAGE ?= cluster-provider:dev
 
 .PHONY: image
-image: ## Build the container image $(IMAGE) (needs a Docker engine).
+image: envtest ## Build the operator image $(IMAGE) FROM scratch, nothing pulled (needs a Docker engine).
 	@hack/need-docker.sh "make image"
-	docker build --build-arg K8S_VERSION=$(K8S_VERSION) --build-arg ETCD_VERSION=$(ETCD_VERSION) -t $(IMAGE) .
+	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/image.sh $(IMAGE)
+
+KIND_NODE_IMAGE ?= cluster-provider/kind-node:v$(K8S_VERSION)
+
+.PHONY: kind-image
+kind-image: envtest ## Build the kind node image $(KIND_NODE_IMAGE) offline (cached in ~/.cache/cluster-provider/kind).
+	@hack/need-docker.sh "make kind-image"
+	K8S_VERSION=$(K8S_VERSION) ENVTEST_ASSETS=$(ENVTEST_ASSETS) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) hack/kind-image.sh
 
 .PHONY: kind-smoke
 kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container (issue 17, step 1).
@@ -100,9 +107,9 @@ kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container
 	hack/kind-smoke.sh
 
 .PHONY: e2e-kind
-e2e-kind: ## Create a kind cluster, load the image, deploy, run the scenario suite (needs a Docker engine).
+e2e-kind: kind-image image ## kind platform from the offline node image, deploy, scenario suite; then the kind backend (needs a Docker engine).
 	@hack/need-docker.sh "make e2e-kind"
-	IMAGE=$(IMAGE) hack/e2e-kind.sh
+	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
 
 ##@ Tools
 

@@ -3,7 +3,9 @@
 #
 #   hack/build-envtest.sh kube-apiserver          <k8s-version>  <out-file>
 #   hack/build-envtest.sh kube-controller-manager <k8s-version>  <out-file>
-#   hack/build-envtest.sh kubernetes              <k8s-version>  <out-dir>   # both, one go build
+#   hack/build-envtest.sh kubernetes              <k8s-version>  <out-dir> [cmd ...]
+#                                  # kube-apiserver and kube-controller-manager (or the named
+#                                  # k8s.io/kubernetes/cmd/<cmd>s, e.g. kubelet) in one go build
 #   hack/build-envtest.sh e2e.test                <k8s-version>  <out-file>  # upstream e2e suite
 #   hack/build-envtest.sh etcd                    <etcd-version> <out-file>
 #
@@ -19,6 +21,8 @@ set -euo pipefail
 what=${1:?binary: kube-apiserver, kube-controller-manager, kubernetes, e2e.test or etcd}
 version=${2:?version without the leading v}
 out=${3:?output file (or folder, for kubernetes)}
+shift 3
+extra_cmds=("$@")
 # The build runs in a throw-away folder: a relative output path is the caller's.
 case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 
@@ -51,7 +55,11 @@ install_bin() {
   local built=$1 dest=$2 reported
   # Capture the whole output: piping into `head -1` would kill etcd (multi-line --version) with
   # SIGPIPE under pipefail.
-  reported=$("$built" --version)
+  case $(basename "$dest") in
+  kubeadm) reported=$("$built" version -o short) ;;
+  kubectl) reported=$("$built" version --client) ;;
+  *) reported=$("$built" --version) ;;
+  esac
   echo "${reported%%$'\n'*}" >&2
   mkdir -p "$(dirname "$dest")"
   mv "$built" "$dest.tmp"
@@ -63,10 +71,13 @@ case "$what" in
 kube-apiserver | kube-controller-manager | kubernetes)
   kubernetes_module
   cmds=("$what")
-  [ "$what" = kubernetes ] && cmds=(kube-apiserver kube-controller-manager)
+  if [ "$what" = kubernetes ]; then
+    cmds=(kube-apiserver kube-controller-manager)
+    [ ${#extra_cmds[@]} -gt 0 ] && cmds=("${extra_cmds[@]}")
+  fi
   pkgs=()
   for c in "${cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  echo "building ${cmds[*]} v${version} from the module proxy (cold: about 20 CPU-minutes)" >&2
+  echo "building ${cmds[*]} v${version} from the module proxy (cold: about 20 CPU-minutes for the first two)" >&2
   mkdir -p "$work/out"
   go build -trimpath -ldflags "$ldflags" -o "$work/out/" "${pkgs[@]}"
   for c in "${cmds[@]}"; do

@@ -1,61 +1,86 @@
 #!/usr/bin/env bash
-# `make e2e-kind`: the scenario suite against the operator deployed into a kind cluster.
+# `make e2e-kind`: the operator deployed into a kind cluster and the scenario suite against it;
+# then the kind backend for real. The Makefile has built the node image ($KIND_NODE_IMAGE, make
+# kind-image) and the operator image ($IMAGE, make image) first; nothing is pulled.
 #
-# Creates kind cluster $KIND_CLUSTER (default cluster-provider-e2e), builds the image $IMAGE
-# (default cluster-provider:dev) and loads it into the cluster, applies deploy/overlays/ephemeral, waits for
-# the operator to roll out, and runs TestScenarioOnKind (test/e2e) against it. The kind cluster is
-# deleted at the end unless KEEP=1. Needs a Docker engine (the Makefile checks first) and kubectl.
+#   1. kind cluster $KIND_CLUSTER (default cluster-provider-e2e), the PLATFORM, from the node image
+#      (go run ./hack/kindcluster: the kind backend's code, so the same networking and docker shim);
+#   2. $IMAGE loaded into it, deploy/default applied with that image; the state claim is bound to
+#      a PersistentVolume on the node made here (an offline node has no volume provisioner);
+#   3. TestScenarioOnKind against the deployed operator (ProviderConfig → profile, Cluster →
+#      Ready, token AccessRequest → working kubeconfig, deletion);
+#   4. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
+#      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
+# The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-KIND_VERSION=${KIND_VERSION:-v0.33.0}
 KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
 IMAGE=${IMAGE:-cluster-provider:dev}
+KIND_NODE_IMAGE=${KIND_NODE_IMAGE:?KIND_NODE_IMAGE: the node image of make kind-image}
 bin=$PWD/bin
 kubeconfig=$bin/e2e-kind.kubeconfig
-kind=$bin/kind-$KIND_VERSION
-
+ns=cluster-provider-system
 say() { printf '==> %s\n' "$*" >&2; }
+kc() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 
 command -v kubectl >/dev/null || { echo "make e2e-kind needs kubectl on the PATH" >&2; exit 1; }
-if [ ! -x "$kind" ]; then
-  say "Installing kind $KIND_VERSION into bin/"
-  mkdir -p "$bin/.tmp"
-  GOBIN="$bin/.tmp" go install "sigs.k8s.io/kind@$KIND_VERSION"
-  mv "$bin/.tmp/kind" "$kind"
-fi
+mkdir -p "$bin"
+go build -o "$bin/kindcluster" ./hack/kindcluster
 
 cleanup() {
   if [ "${KEEP:-}" = 1 ]; then
     say "KEEP=1: kind cluster $KIND_CLUSTER stays (kubeconfig $kubeconfig)"
-  else
-    say "Deleting kind cluster $KIND_CLUSTER"
-    "$kind" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig" || true
+    return
   fi
+  if [ "${failed:-1}" = 1 ]; then
+    say "failed: the operator's log follows"
+    kc -n "$ns" logs deploy/cluster-provider --tail=60 2>&1 || true
+  fi
+  say "Deleting kind cluster $KIND_CLUSTER"
+  "$bin/kindcluster" delete --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig" || true
 }
 trap cleanup EXIT
 
-if ! "$kind" get clusters | grep -qx "$KIND_CLUSTER"; then
-  say "Creating kind cluster $KIND_CLUSTER"
-  "$kind" create cluster --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig" --wait 5m
-else
-  "$kind" get kubeconfig --name "$KIND_CLUSTER" >"$kubeconfig"
-fi
+start=$SECONDS
+say "Creating kind cluster $KIND_CLUSTER from $KIND_NODE_IMAGE"
+"$bin/kindcluster" create --name "$KIND_CLUSTER" --image "$KIND_NODE_IMAGE" --kubeconfig "$kubeconfig"
+say "Loading $IMAGE into $KIND_CLUSTER"
+"$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE"
 
-say "Building $IMAGE and loading it into $KIND_CLUSTER"
-make image IMAGE="$IMAGE"
-"$kind" load docker-image "$IMAGE" --name "$KIND_CLUSTER"
+# deploy/default keeps the clusters' state on a claim. A node image made offline has no volume
+# provisioner, so a PersistentVolume on the control-plane node (owned by the operator's user)
+# serves the claim here, as a cluster's storage would.
+node=$KIND_CLUSTER-control-plane
+docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-e2e && chown 65532:65532 /var/lib/cluster-provider-e2e'
+kc apply -f - <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: cluster-provider-e2e-state
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  storageClassName: standard
+  persistentVolumeReclaimPolicy: Delete
+  hostPath: {path: /var/lib/cluster-provider-e2e, type: Directory}
+  claimRef: {namespace: $ns, name: cluster-provider-state}
+EOF
 
-# deploy/overlays/ephemeral, not deploy/default: a throw-away platform needs no claim, and a kind
-# node made offline has no image for a volume provisioner, so deploy/default's claim would stay
-# Pending.
-say "Applying deploy/overlays/ephemeral"
-kubectl --kubeconfig "$kubeconfig" apply --server-side -k deploy/overlays/ephemeral
-kubectl --kubeconfig "$kubeconfig" -n cluster-provider-system set image deploy/cluster-provider operator="$IMAGE"
-kubectl --kubeconfig "$kubeconfig" -n cluster-provider-system rollout status deploy/cluster-provider --timeout=5m
+say "Applying deploy/default with $IMAGE"
+kc apply --server-side -k deploy/default
+kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
+kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
+say "The platform is up with the operator after $((SECONDS - start)) s"
 
-say "Running the scenario suite against it"
+say "Scenario suite against the deployed operator"
 provider=$(sed -n 's/^PROVIDER_NAME=//p' deploy/default/config.env)
 environment=$(sed -n 's/^ENVIRONMENT=//p' deploy/default/config.env)
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
+
+say "The kind backend for real: Clusters as kind clusters from $KIND_NODE_IMAGE"
+KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m
+KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./backend/kind/ -run '^TestRealKind$' -count=1 -v -timeout 20m
+failed=0
+say "make e2e-kind passed in $((SECONDS - start)) s"

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
@@ -46,14 +47,16 @@ type Provider interface {
 	Delete(name, explicitKubeconfigPath string) error
 	List() ([]string, error)
 	KubeConfig(name string, internal bool) (string, error)
+	ListNodes(name string) ([]nodes.Node, error)
 }
-
-var _ Provider = &kindcluster.Provider{}
 
 // Options configure a Backend. Zero values take the defaults named.
 type Options struct {
-	// Provider makes kind clusters. Default: the kind library's, with Docker.
+	// Provider makes kind clusters. Default: NewProvider, the kind library's with Docker, its
+	// docker shim in <StateDir>/bin.
 	Provider Provider
+	// Create makes a kind cluster and waits until it is Ready. Default: Create with Provider.
+	Create func(ctx context.Context, name string, o CreateOptions) error
 	// StateDir holds a folder per Cluster (its authentication configuration). Required.
 	StateDir string
 	// NodeImage returns the node image of version for cl, from its ProviderConfig. Required.
@@ -91,8 +94,17 @@ func New(opts Options) (*Backend, error) {
 	case opts.NodeImage == nil:
 		return nil, errors.New("kind backend: Options.NodeImage is nil")
 	}
+	dir, err := filepath.Abs(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	opts.StateDir = dir
 	if opts.Provider == nil {
-		opts.Provider = kindcluster.NewProvider(kindcluster.ProviderWithDocker())
+		opts.Provider = NewProvider(filepath.Join(opts.StateDir, "bin"))
+	}
+	if opts.Create == nil {
+		p := opts.Provider
+		opts.Create = func(ctx context.Context, name string, o CreateOptions) error { return Create(ctx, p, name, o) }
 	}
 	if opts.CreateTimeout <= 0 {
 		opts.CreateTimeout = 5 * time.Minute
@@ -103,11 +115,6 @@ func New(opts Options) (*Backend, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	dir, err := filepath.Abs(opts.StateDir)
-	if err != nil {
-		return nil, err
-	}
-	opts.StateDir = dir
 	return &Backend{opts: opts, creating: map[types.UID]bool{}, failed: map[types.UID]error{}}, nil
 }
 
@@ -231,12 +238,13 @@ func (b *Backend) startCreate(cl *clustersv1alpha1.Cluster, name, image string) 
 	go func() {
 		log := b.opts.Logger.WithValues("cluster", ref.String(), "kindCluster", name, "image", image)
 		log.Info("Creating a kind cluster")
-		err := b.opts.Provider.Create(name,
-			kindcluster.CreateWithV1Alpha4Config(clusterConfig(authDir)),
-			kindcluster.CreateWithNodeImage(image),
-			kindcluster.CreateWithWaitForReady(b.opts.CreateTimeout),
-			kindcluster.CreateWithKubeconfigPath(filepath.Join(b.opts.StateDir, string(cl.UID), "kubeconfig")),
-			kindcluster.CreateWithDisplayUsage(false), kindcluster.CreateWithDisplaySalutation(false))
+		start := time.Now()
+		err := b.opts.Create(context.Background(), name, CreateOptions{
+			Image:          image,
+			Config:         clusterConfig(authDir),
+			KubeconfigPath: filepath.Join(b.opts.StateDir, string(cl.UID), "kubeconfig"),
+			Timeout:        b.opts.CreateTimeout,
+		})
 		b.mu.Lock()
 		delete(b.creating, cl.UID)
 		if err != nil {
@@ -246,7 +254,7 @@ func (b *Backend) startCreate(cl *clustersv1alpha1.Cluster, name, image string) 
 		if err != nil {
 			log.Error(err, "Creating the kind cluster failed")
 		} else {
-			log.Info("Created the kind cluster")
+			log.Info("Created the kind cluster", "took", time.Since(start).Round(time.Millisecond).String())
 		}
 		if b.opts.Notify != nil {
 			b.opts.Notify(ref)

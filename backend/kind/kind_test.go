@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	kindcluster "sigs.k8s.io/kind/pkg/cluster"
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/yaml"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -60,6 +61,8 @@ func (f *fakeProvider) Delete(name, _ string) error {
 	return nil
 }
 
+func (f *fakeProvider) ListNodes(string) ([]nodes.Node, error) { return nil, nil }
+
 func (f *fakeProvider) List() ([]string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -85,6 +88,7 @@ func newTestBackend(t *testing.T, f *fakeProvider, notified chan backend.Ref) *B
 	t.Helper()
 	b, err := New(Options{
 		Provider: f,
+		Create:   func(_ context.Context, name string, _ CreateOptions) error { return f.Create(name) },
 		StateDir: t.TempDir(),
 		NodeImage: func(_ context.Context, _ *clustersv1alpha1.Cluster, version string) (string, error) {
 			if version != "1.37.1" {
@@ -240,4 +244,12 @@ func TestRealKind(t *testing.T) {
 	s, err := b.Ensure(t.Context(), cl, "")
 	require.NoError(t, err)
 	assert.True(t, s.Ready, s.Message)
+}
+
+// TestMain lets the test binary serve as the docker shim (docker.go) when TestRealKind installs it.
+func TestMain(m *testing.M) {
+	if IsDockerShim() {
+		os.Exit(RunDockerShim(os.Args[1:]))
+	}
+	os.Exit(m.Run())
 }

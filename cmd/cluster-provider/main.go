@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/openmcp-local/cluster-provider/backend/kind"
 	"github.com/openmcp-local/cluster-provider/backend/local"
 )
 
@@ -32,6 +33,9 @@ Run 'cluster-provider <command> -h' for the flags of a command.
 `
 
 func main() {
+	if kind.IsDockerShim() { // the kind backend's docker, on an engine that refuses --privileged
+		os.Exit(kind.RunDockerShim(os.Args[1:]))
+	}
 	os.Exit(run(ctrl.SetupSignalHandler(), os.Args[1:], os.Stdout, os.Stderr))
 }
 

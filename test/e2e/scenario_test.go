@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/test/scenario"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -31,6 +33,41 @@ func TestScenario(t *testing.T) {
 	scenario.Run(t, scenario.Target{
 		Client: env.Client, ProviderName: "e2es", Environment: "default",
 		ProviderConfig: sampleProviderConfig(t), Within: clusterReadyWithin,
+	})
+	require.False(t, op.exited(), "cluster-provider exited during the scenario")
+}
+
+// TestScenarioKindBackend runs the scenario suite against the binary with --kind-backend and a
+// ProviderConfig of backend kind: its Cluster is a real kind cluster made from the node image
+// KIND_NODE_IMAGE (make kind-image; make e2e-kind sets it). Where it is not set, make test skips
+// this: it needs a Docker engine and the node image, a 30-minute build when cold.
+func TestScenarioKindBackend(t *testing.T) {
+	image := os.Getenv("KIND_NODE_IMAGE")
+	if image == "" {
+		t.Skip("KIND_NODE_IMAGE is not set: this runs under make e2e-kind, which builds the node image")
+	}
+	bin := buildBinary(t)
+	kubeconfig := writeKubeconfig(t, operatorUser(t))
+	probes := "127.0.0.1:" + freePort(t)
+	op := start(t, bin, "run", "--provider-name", "e2ekind", "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
+		"--kind-backend", "--local-binaries", assetsDir(t), "--state-dir", t.TempDir())
+	require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
+		readyTimeout, poll, "/readyz never answered 200")
+	// The version the node image runs, from its label (hack/kind-image.sh).
+	out, err := exec.Command("docker", "image", "inspect", "-f", `{{index .Config.Labels "io.cluster-provider.kubernetes"}}`, image).Output()
+	require.NoError(t, err, "docker image inspect %s", image)
+	version := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
+	require.NotEmpty(t, version, "node image %s has no io.cluster-provider.kubernetes label: build it with make kind-image", image)
+	pc := &providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{
+		Backend:           providersv1alpha1.BackendKind,
+		Kind:              &providersv1alpha1.KindBackendConfig{NodeImages: map[string]string{version: image}},
+		SupportedVersions: []clustersv1alpha1.SupportedK8sVersion{{Version: version}},
+		DefaultVersion:    version,
+	}}
+	scenario.Run(t, scenario.Target{
+		Client: env.Client, ProviderName: "e2ekind", Environment: "default",
+		ProviderConfig: pc, Within: 5 * time.Minute,
 	})
 	require.False(t, op.exited(), "cluster-provider exited during the scenario")
 }
