@@ -51,6 +51,7 @@ say "Loading $IMAGE into $KIND_CLUSTER"
 # deploy/default keeps the clusters' state on a claim. A node image made offline has no volume
 # provisioner, so a PersistentVolume on the control-plane node (owned by the operator's user)
 # serves the claim here, as a cluster's storage would.
+size=$(sed -n 's/^ *storage: *//p' deploy/default/pvc.yaml)
 node=$KIND_CLUSTER-control-plane
 docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-e2e && chown 65532:65532 /var/lib/cluster-provider-e2e'
 kc apply -f - <<EOF
@@ -59,7 +60,7 @@ kind: PersistentVolume
 metadata:
   name: cluster-provider-e2e-state
 spec:
-  capacity: {storage: 10Gi}
+  capacity: {storage: $size}
   accessModes: [ReadWriteOnce]
   storageClassName: standard
   persistentVolumeReclaimPolicy: Delete

@@ -85,13 +85,21 @@ moddir() {
   echo "$dest"
 }
 
+# need_pkg PKG: installs a Debian package if it is missing (refreshing the index once if needed).
+need_pkg() {
+  dpkg -s "$1" >/dev/null 2>&1 && return
+  say "installing $1 from Debian's packages"
+  apt-get install -y "$1" >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get install -y "$1" >/dev/null; } ||
+    die "cannot install the Debian package $1"
+}
+
 # have FILE...: all exist (a binary is only ever moved into place whole).
 have() { local f; for f; do [ -x "$bins/$f" ] || return 1; done; }
 
 # 1. The rootfs.
 rootfs=$cache/rootfs/$DEBIAN_SUITE-$(echo "$PACKAGES" | sha256sum | cut -c1-12)
 if [ ! -x "$rootfs/sbin/init" ]; then
-  command -v debootstrap >/dev/null || { say "installing debootstrap"; apt-get install -y debootstrap >/dev/null; }
+  need_pkg debootstrap
   say "debootstrap of Debian $DEBIAN_SUITE with kind's packages into $rootfs"
   t=$SECONDS
   rm -rf "$rootfs.tmp" && mkdir -p "$(dirname "$rootfs")"
@@ -131,7 +139,7 @@ if ! have containerd containerd-shim-runc-v2 ctr; then
       ./cmd/containerd ./cmd/containerd-shim-runc-v2 ./cmd/ctr)
 fi
 if ! have runc; then
-  dpkg -s libseccomp-dev >/dev/null 2>&1 || { say "installing libseccomp-dev"; apt-get install -y libseccomp-dev >/dev/null; }
+  need_pkg libseccomp-dev
   # kubeadm's static pods ask for the RuntimeDefault seccomp profile: runc needs seccomp.
   (cd "$(moddir github.com/opencontainers/runc@$RUNC_VERSION)" &&
     gobuild runc 1 -tags "seccomp urfave_cli_no_docs netgo osusergo" \
@@ -258,7 +266,7 @@ cat >"$files/usr/local/bin/cluster-provider-entrypoint" <<'EOF'
 set -euo pipefail
 # An unprivileged container gets its cgroup hierarchy read-only; systemd and the kubelet write it.
 while read -r target opts; do
-  case ",$opts," in *,ro,*) mount -o remount,rw "$target" ;; esac
+  case ",$opts," in *,ro,*) mount -o remount,bind,rw "$target" ;; esac
 done < <(findmnt -rn -o TARGET,OPTIONS -R /sys/fs/cgroup)
 # Without CAP_SYS_RESOURCE nothing may lower an oom_score_adj (the kubelet asks -997 for critical
 # pods): containerd keeps them at or above its own, as kind does for rootless nodes.
@@ -297,7 +305,7 @@ DOCKER_BUILDKIT=0 docker build -q -t "$image-stage" "$ctx" >"$logs/docker-build.
 
 say "importing the component images into the node's containerd"
 build=cluster-provider-kind-build-$$
-docker run -d --name "$build" --entrypoint sleep --security-opt seccomp=unconfined "$image-stage" infinity >/dev/null
+docker run -d --init --name "$build" --entrypoint sleep --security-opt seccomp=unconfined "$image-stage" infinity >/dev/null
 docker exec "$build" bash -c 'nohup containerd >/tmp/containerd.log 2>&1 &'
 for i in $(seq 30); do docker exec "$build" ctr version >/dev/null 2>&1 && break; sleep 1; done
 docker exec "$build" ctr version >/dev/null || die "containerd did not start in the build container: $(docker exec "$build" tail -5 /tmp/containerd.log)"
@@ -308,10 +316,13 @@ for ref in "${images[@]}"; do
   grep -qx "$ref" <<<"$imported" || die "$ref is not in the node's containerd after the import: $imported"
 done
 docker exec "$build" bash -c 'pkill containerd; while pgrep -x containerd >/dev/null; do sleep 0.2; done; rm -rf /tmp/* /run/containerd'
+old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
 docker commit \
   --change 'ENTRYPOINT ["/usr/local/bin/cluster-provider-entrypoint"]' --change 'CMD ["/sbin/init"]' \
   --change "LABEL io.cluster-provider.recipe=$recipe" --change "LABEL io.cluster-provider.kubernetes=v$K8S_VERSION" \
   "$build" "$image" >/dev/null
+docker rm -f "$build" >/dev/null && build=""
 docker rmi "$image-stage" >/dev/null
+[ -z "$old" ] || docker rmi "$old" >/dev/null 2>&1 || true # the previous build, now untagged
 took "the node image" $t
 say "$image ready ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'), images: ${images[*]}); all took $((SECONDS - start_all)) s"

@@ -29,12 +29,15 @@ import (
 
 // unprivilegedRunFlags replace --privileged in `docker run`: every capability but
 // CAP_SYS_RESOURCE, no seccomp/AppArmor confinement, no masked or read-only /proc and /sys paths,
-// and the kernel log the kubelet's OOM watcher reads. The node image's entrypoint makes the
+// every device allowed in the node's devices cgroup (privileged pods, kube-proxy among them, ask
+// for all devices, and a child cgroup gets no more than its parent), and the kernel log the
+// kubelet's OOM watcher reads. The node image's entrypoint makes the
 // (read-only) cgroup mounts writable and restricts containerd's oom_score_adj.
 var unprivilegedRunFlags = []string{
 	"--cap-add=ALL", "--cap-drop=SYS_RESOURCE",
 	"--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
 	"--security-opt", "systempaths=unconfined",
+	"--device-cgroup-rule=a *:* rwm",
 	"--device", "/dev/kmsg",
 }
 
