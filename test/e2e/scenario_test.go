@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/test/idp"
 	"github.com/openmcp-local/cluster-provider/test/scenario"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -32,7 +34,7 @@ func TestScenario(t *testing.T) {
 		readyTimeout, poll, "/readyz never answered 200")
 	scenario.Run(t, scenario.Target{
 		Client: env.Client, ProviderName: "e2es", Environment: "default",
-		ProviderConfig: sampleProviderConfig(t), Within: clusterReadyWithin,
+		ProviderConfig: sampleProviderConfig(t), Within: clusterReadyWithin, IdP: idp.Start(t),
 	})
 	require.False(t, op.exited(), "cluster-provider exited during the scenario")
 }
@@ -67,7 +69,7 @@ func TestScenarioKindBackend(t *testing.T) {
 	}}
 	scenario.Run(t, scenario.Target{
 		Client: env.Client, ProviderName: "e2ekind", Environment: "default",
-		ProviderConfig: pc, Within: 5 * time.Minute,
+		ProviderConfig: pc, Within: 5 * time.Minute, IdP: idp.StartAt(t, kindGateway(t)),
 	})
 	require.False(t, op.exited(), "cluster-provider exited during the scenario")
 }
@@ -90,7 +92,7 @@ func TestScenarioOnKind(t *testing.T) {
 	pc.Spec.SupportedVersions, pc.Spec.DefaultVersion = nil, "" // whatever the image's binaries serve
 	scenario.Run(t, scenario.Target{
 		Client: c, ProviderName: envOr("E2E_PROVIDER_NAME", "local"), Environment: envOr("E2E_ENVIRONMENT", "default"),
-		ProviderConfig: pc, Within: 5 * time.Minute,
+		ProviderConfig: pc, Within: 5 * time.Minute, IdP: idp.StartAt(t, kindGateway(t)),
 		Reach: func(t *testing.T, endpoint string) string { return portForward(t, kubeconfig, endpoint) },
 	})
 }
@@ -119,6 +121,21 @@ func portForward(t *testing.T, kubeconfig, endpoint string) string {
 		}
 	}
 	t.Fatalf("kubectl port-forward to port %s did not start: %v", port, sc.Err())
+	return ""
+}
+
+// kindGateway is the host's address on kind's Docker network: what kind nodes, and pods through
+// them, reach this machine at (an identity provider listens there).
+func kindGateway(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("docker", "network", "inspect", "kind", "-f", "{{range .IPAM.Config}}{{.Gateway}} {{end}}").Output()
+	require.NoError(t, err, "docker network inspect kind: make e2e-kind creates the network with its platform cluster")
+	for _, gw := range strings.Fields(string(out)) {
+		if ip := net.ParseIP(gw); ip != nil && ip.To4() != nil {
+			return gw
+		}
+	}
+	t.Fatalf("kind's Docker network has no IPv4 gateway: %q", out)
 	return ""
 }
 

@@ -39,8 +39,12 @@ type IdP struct {
 // keyID names the signing key in the JWKS and in tokens' headers.
 const keyID = "test-key"
 
-// Start starts an identity provider until the test ends.
-func Start(t testing.TB) *IdP {
+// Start starts an identity provider on 127.0.0.1 until the test ends.
+func Start(t testing.TB) *IdP { t.Helper(); return StartAt(t, "127.0.0.1") }
+
+// StartAt starts an identity provider on the IP address ip (its certificate names it) until the
+// test ends: an address other processes reach, the gateway of a Docker network say.
+func StartAt(t testing.TB, ip string) *IdP {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
@@ -60,9 +64,13 @@ func Start(t testing.TB) *IdP {
 	mux.HandleFunc("GET /keys", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: keyID, Algorithm: string(jose.ES256), Use: "sig"}}})
 	})
-	caPEM, cert := certificates(t)
+	caPEM, cert := certificates(t, net.ParseIP(ip))
 	p.CAPEM = caPEM
 	p.server = httptest.NewUnstartedServer(mux)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	require.NoError(t, err)
+	p.server.Listener.Close()
+	p.server.Listener = l
 	p.server.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	p.server.StartTLS()
 	p.Issuer = p.server.URL
@@ -108,8 +116,8 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// certificates makes a CA and a serving certificate for 127.0.0.1 signed by it.
-func certificates(t testing.TB) (caPEM string, serving tls.Certificate) {
+// certificates makes a CA and a serving certificate for ip signed by it.
+func certificates(t testing.TB, ip net.IP) (caPEM string, serving tls.Certificate) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
@@ -126,9 +134,9 @@ func certificates(t testing.TB) (caPEM string, serving tls.Certificate) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip.String()},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		IPAddresses: []net.IP{ip}, DNSNames: []string{"localhost"},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)

@@ -2,7 +2,9 @@
 // checked from the outside against an operator that runs somewhere else, as a process against
 // envtest (test/e2e, in make test) or deployed into a kind cluster (make e2e-kind). A
 // ProviderConfig publishes its ClusterProfile; a Cluster becomes Ready; an AccessRequest yields a
-// kubeconfig that works, and no more than it grants; everything deletes cleanly.
+// kubeconfig that works, and no more than it grants; with an identity provider, an OIDC
+// AccessRequest makes the Cluster trust it and its tokens get exactly what is bound; everything
+// deletes cleanly.
 package scenario
 
 import (
@@ -19,12 +21,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/test/idp"
 )
 
 // Target is an operator under test.
@@ -40,6 +44,9 @@ type Target struct {
 	Reach func(t *testing.T, endpoint string) string
 	// Within bounds each wait; a Cluster's start is the longest.
 	Within time.Duration
+	// IdP, if set, is an identity provider the Cluster's API server reaches: the scenario then
+	// allows it in the ProviderConfig and checks an OIDC AccessRequest.
+	IdP *idp.IdP
 }
 
 const poll = 200 * time.Millisecond
@@ -50,6 +57,9 @@ func Run(t *testing.T, tg Target) {
 	c := tg.Client
 	pc := tg.ProviderConfig.DeepCopy()
 	pc.Name, pc.GenerateName = "", "scenario-"
+	if tg.IdP != nil {
+		pc.Spec.OIDC = &providersv1alpha1.OIDCSettings{AllowedIssuers: []string{tg.IdP.Issuer}, IssuerCABundle: tg.IdP.CAPEM}
+	}
 	require.NoError(t, c.Create(ctx, pc))
 	profile := tg.Environment + "." + tg.ProviderName + "." + pc.Name
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "scenario-"}}
@@ -111,8 +121,14 @@ func Run(t *testing.T, tg Target) {
 		assert.True(t, apierrors.IsForbidden(err), "what it does not grant: %v", err)
 	})
 
+	objects := []client.Object{ar, cl, pc}
+	if tg.IdP != nil {
+		oar := oidcStep(t, tg, ns.Name, cl.Name)
+		objects = append([]client.Object{oar}, objects...)
+	}
+
 	t.Run("everything deletes", func(t *testing.T) {
-		for _, o := range []client.Object{ar, cl, pc} {
+		for _, o := range objects {
 			require.NoError(t, client.IgnoreNotFound(c.Delete(ctx, o)))
 			require.Eventually(t, func() bool {
 				return apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(o), o))
@@ -121,6 +137,61 @@ func Run(t *testing.T, tg Target) {
 		err := c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{})
 		assert.True(t, apierrors.IsNotFound(err), "the ClusterProfile goes with its ProviderConfig: %v", err)
 	})
+}
+
+// oidcStep asks for OIDC access to cluster for the user alice of tg.IdP, and checks that her
+// token lists namespaces and creates none; it returns the AccessRequest.
+func oidcStep(t *testing.T, tg Target, ns, cluster string) *clustersv1alpha1.AccessRequest {
+	ctx := context.Background()
+	c := tg.Client
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scenario-oidc"},
+		Spec: clustersv1alpha1.AccessRequestSpec{
+			ClusterRef: &common.ObjectReference{Name: cluster, Namespace: ns},
+			OIDC: &clustersv1alpha1.OIDCConfig{
+				OIDCProviderConfig: common.OIDCProviderConfig{
+					Name: "idp", Issuer: tg.IdP.Issuer, ClientID: "scenario",
+					RoleBindings: []common.RoleBindings{{
+						Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}},
+						RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "scenario-reader"}},
+					}},
+				},
+				Roles: []clustersv1alpha1.PermissionsRequest{{Name: "scenario-reader", Rules: []rbacv1.PolicyRule{
+					{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}},
+				}}},
+			},
+		},
+	}
+	t.Run("an OIDC AccessRequest makes the Cluster trust the issuer, for what it binds", func(t *testing.T) {
+		require.NoError(t, c.Create(ctx, ar))
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(ar), ar))
+			assert.Equal(ct, common.PhaseGranted, ar.Status.Phase, "conditions: %+v", ar.Status.Conditions)
+		}, tg.Within, poll)
+		require.NotNil(t, ar.Status.SecretRef)
+		s := &corev1.Secret{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ar.Status.SecretRef.Name}, s))
+		host := string(s.Data[clustersv1alpha1.SecretKeyHost])
+		if tg.Reach != nil {
+			host = tg.Reach(t, host)
+		}
+		as := func(token string) kubernetes.Interface {
+			return kubernetes.NewForConfigOrDie(&rest.Config{Host: host, BearerToken: token,
+				TLSClientConfig: rest.TLSClientConfig{CAData: s.Data[clustersv1alpha1.SecretKeyCACert]}})
+		}
+		alice := as(tg.IdP.Token(t, "scenario", "alice", nil))
+		// Awaited: the API server trusts the issuer once it has fetched its keys, and authorizes
+		// with the RBAC objects its informers have seen.
+		assert.EventuallyWithT(t, func(ct *assert.CollectT) {
+			_, err := alice.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			assert.NoError(ct, err, "alice's token lists namespaces")
+		}, tg.Within, poll)
+		_, err := alice.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "forbidden"}}, metav1.CreateOptions{})
+		assert.True(t, apierrors.IsForbidden(err), "what it does not grant: %v", err)
+		_, err = as(tg.IdP.Token(t, "another-client", "alice", nil)).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		assert.True(t, apierrors.IsUnauthorized(err), "a token for another client ID: %v", err)
+	})
+	return ar
 }
 
 // Port is the port of an API server URL.
