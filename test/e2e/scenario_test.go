@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,11 +68,13 @@ func TestScenarioKindBackend(t *testing.T) {
 		SupportedVersions: []clustersv1alpha1.SupportedK8sVersion{{Version: version}},
 		DefaultVersion:    version,
 	}}
+	before := kindClusters(t)
 	scenario.Run(t, scenario.Target{
 		Client: env.Client, ProviderName: "e2ekind", Environment: "default",
 		ProviderConfig: pc, Within: 5 * time.Minute, IdP: idp.StartAt(t, kindGateway(t)),
 	})
 	require.False(t, op.exited(), "cluster-provider exited during the scenario")
+	assert.ElementsMatch(t, before, kindClusters(t), "the Cluster's kind cluster is deleted with it")
 }
 
 // TestScenarioOnKind runs the scenario suite against the operator that `make e2e-kind` deployed
@@ -122,6 +125,15 @@ func portForward(t *testing.T, kubeconfig, endpoint string) string {
 	}
 	t.Fatalf("kubectl port-forward to port %s did not start: %v", port, sc.Err())
 	return ""
+}
+
+// kindClusters lists the kind clusters that have node containers, by kind's label.
+func kindClusters(t *testing.T) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-a", "--filter", "label=io.x-k8s.kind.cluster",
+		"--format", `{{.Label "io.x-k8s.kind.cluster"}}`).Output()
+	require.NoError(t, err)
+	return strings.Fields(string(out))
 }
 
 // kindGateway is the host's address on kind's Docker network: what kind nodes, and pods through
