@@ -3,8 +3,10 @@
 # then the kind backend for real. The Makefile has built the node image ($KIND_NODE_IMAGE, make
 # kind-image) and the operator image ($IMAGE, make image) first; nothing is pulled.
 #
-#   1. kind cluster $KIND_CLUSTER (default cluster-provider-e2e), the PLATFORM, from the node image
-#      (go run ./hack/kindcluster: the kind backend's code, so the same networking and docker shim);
+#   1. kind cluster $KIND_CLUSTER (default cluster-provider-e2e), the PLATFORM, from the node image,
+#      with $KIND_WORKERS worker nodes (default 1: the operator runs on the worker and reaches the
+#      API server across nodes) (hack/kindcluster: the kind backend's code, so the same networking
+#      and docker shim);
 #   2. $IMAGE loaded into it, deploy/default applied with that image; the state claim is bound to
 #      a PersistentVolume on the node made here (an offline node has no volume provisioner);
 #   3. TestScenarioOnKind against the deployed operator (ProviderConfig → profile, Cluster →
@@ -16,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
+KIND_WORKERS=${KIND_WORKERS:-1}
 IMAGE=${IMAGE:-cluster-provider:dev}
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:?KIND_NODE_IMAGE: the node image of make kind-image}
 bin=$PWD/bin
@@ -44,15 +47,17 @@ trap cleanup EXIT
 
 start=$SECONDS
 say "Creating kind cluster $KIND_CLUSTER from $KIND_NODE_IMAGE"
-"$bin/kindcluster" create --name "$KIND_CLUSTER" --image "$KIND_NODE_IMAGE" --kubeconfig "$kubeconfig"
+"$bin/kindcluster" create --name "$KIND_CLUSTER" --image "$KIND_NODE_IMAGE" --kubeconfig "$kubeconfig" --workers "$KIND_WORKERS"
 say "Loading $IMAGE into $KIND_CLUSTER"
 "$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE"
 
 # deploy/default keeps the clusters' state on a claim. A node image made offline has no volume
-# provisioner, so a PersistentVolume on the control-plane node (owned by the operator's user)
-# serves the claim here, as a cluster's storage would.
+# provisioner, so a local PersistentVolume on a node the operator may run on (the worker: kind
+# taints its control plane when there are workers), owned by the operator's user, serves the
+# claim here, as a cluster's storage would.
 size=$(sed -n 's/^ *storage: *//p' deploy/default/pvc.yaml)
 node=$KIND_CLUSTER-control-plane
+[ "$KIND_WORKERS" -gt 0 ] && node=$KIND_CLUSTER-worker
 docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-e2e && chown 65532:65532 /var/lib/cluster-provider-e2e'
 kc apply -f - <<EOF
 apiVersion: v1
@@ -63,8 +68,12 @@ spec:
   capacity: {storage: $size}
   accessModes: [ReadWriteOnce]
   storageClassName: standard
-  persistentVolumeReclaimPolicy: Delete
-  hostPath: {path: /var/lib/cluster-provider-e2e, type: Directory}
+  persistentVolumeReclaimPolicy: Retain
+  local: {path: /var/lib/cluster-provider-e2e}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]
   claimRef: {namespace: $ns, name: cluster-provider-state}
 EOF
 

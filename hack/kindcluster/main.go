@@ -3,7 +3,7 @@
 // docker shim as the operator's kind backend, so it works where the kind CLI cannot (no registry
 // for kindnetd, an engine that refuses --privileged).
 //
-//	go run ./hack/kindcluster create --name NAME --image NODE-IMAGE --kubeconfig FILE
+//	go run ./hack/kindcluster create --name NAME --image NODE-IMAGE --kubeconfig FILE [--workers N]
 //	go run ./hack/kindcluster load   --name NAME IMAGE...
 //	go run ./hack/kindcluster delete --name NAME --kubeconfig FILE
 package main
@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 
 	"github.com/openmcp-local/cluster-provider/backend/kind"
@@ -43,6 +44,7 @@ func run(args []string) error {
 	image := fs.String("image", "", "create: the node image")
 	kubeconfig := fs.String("kubeconfig", "", "create, delete: the kubeconfig file kind writes")
 	timeout := fs.Duration("timeout", 5*time.Minute, "create: how long the nodes may take to be Ready")
+	workers := fs.Int("workers", 0, "create: worker nodes besides the control-plane node")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -74,8 +76,13 @@ func run(args []string) error {
 			}
 			return os.WriteFile(*kubeconfig, []byte(cfg), 0o600)
 		}
+		cfg := &v1alpha4.Cluster{TypeMeta: v1alpha4.TypeMeta{APIVersion: "kind.x-k8s.io/v1alpha4", Kind: "Cluster"},
+			Nodes: []v1alpha4.Node{{Role: v1alpha4.ControlPlaneRole}}}
+		for range *workers {
+			cfg.Nodes = append(cfg.Nodes, v1alpha4.Node{Role: v1alpha4.WorkerRole})
+		}
 		start := time.Now()
-		if err := kind.Create(ctx, p, *name, kind.CreateOptions{Image: *image, KubeconfigPath: *kubeconfig, Timeout: *timeout}); err != nil {
+		if err := kind.Create(ctx, p, *name, kind.CreateOptions{Image: *image, Config: cfg, KubeconfigPath: *kubeconfig, Timeout: *timeout}); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "kind cluster %s is Ready after %s\n", *name, time.Since(start).Round(100*time.Millisecond))
