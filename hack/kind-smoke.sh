@@ -10,7 +10,8 @@
 # asks for. systemd runs with every other capability, unconfined seccomp/AppArmor/system paths and
 # the cgroup (v1) hierarchy bound read-write; without that bind it exits ("Failed to allocate
 # manager object"). kind's docker provider always passes --privileged, so kind nodes must be
-# started with these flags instead.
+# started with equivalent flags instead: backend/kind/docker.go does that for real kind clusters
+# (and keeps kind's private cgroup namespace, with the node image remounting the cgroups writable).
 #
 # Exit 0 when `systemctl is-system-running` answers running (or degraded) within 60 s.
 set -euo pipefail

@@ -31,7 +31,9 @@ func OfflineNetworking(cfg *v1alpha4.Cluster) {
 }
 
 // Create makes kind cluster name with p and waits until its nodes are Ready: kind makes the nodes
-// (without waiting: they cannot be Ready before they have a network), then InstallNetwork.
+// (without waiting: they cannot be Ready before they have a network), then InstallNetwork. As
+// kind does when it fails, a cluster whose network fails is deleted, so that a retry starts
+// afresh; the error says why.
 func Create(ctx context.Context, p Provider, name string, o CreateOptions) error {
 	cfg := o.Config
 	if cfg == nil {
@@ -53,7 +55,10 @@ func Create(ctx context.Context, p Provider, name string, o CreateOptions) error
 		return err
 	}
 	if err := InstallNetwork(ctx, p, name, o.Timeout); err != nil {
-		return fmt.Errorf("%w (the cluster's nodes stay for inspection until it is deleted)", err)
+		if derr := p.Delete(name, o.KubeconfigPath); derr != nil {
+			return fmt.Errorf("%w; deleting the cluster failed too: %v", err, derr)
+		}
+		return err
 	}
 	return nil
 }

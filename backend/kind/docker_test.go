@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,4 +59,16 @@ func TestCNIConfig(t *testing.T) {
 	assert.Equal(t, "host-local", conf.Plugins[0].IPAM.Type)
 	assert.Equal(t, "10.244.1.0/24", conf.Plugins[0].IPAM.Ranges[0][0]["subnet"])
 	assert.Equal(t, "portmap", conf.Plugins[1].Type)
+}
+
+// TestCreateDeletesWhenTheNetworkFails: a cluster kind made but whose nodes never get a network
+// (here: the fake cluster's kubeconfig cannot be used) is deleted, and the error says why.
+func TestCreateDeletesWhenTheNetworkFails(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{})}
+	close(f.release)
+	err := Create(t.Context(), f, "broken", CreateOptions{Image: "img", Timeout: 500 * time.Millisecond})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "kind cluster broken")
+	assert.Equal(t, []string{"broken"}, f.creates)
+	assert.Equal(t, []string{"broken"}, f.deletes, "the half-made cluster is deleted")
 }

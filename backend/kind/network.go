@@ -67,11 +67,11 @@ func InstallNetwork(ctx context.Context, p Provider, name string, timeout time.D
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(kubeconfig))
 	if err != nil {
-		return err
+		return fmt.Errorf("the kubeconfig of kind cluster %s: %w", name, err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("the kubeconfig of kind cluster %s: %w", name, err)
 	}
 	kindNodes, err := p.ListNodes(name)
 	if err != nil {
