@@ -20,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -47,6 +48,9 @@ type Target struct {
 	// IdP, if set, is an identity provider the Cluster's API server reaches: the scenario then
 	// allows it in the ProviderConfig and checks an OIDC AccessRequest.
 	IdP *idp.IdP
+	// ClusterGone, if set, checks what the backend had for the Cluster with uid is gone, once the
+	// Cluster is.
+	ClusterGone func(t *testing.T, uid types.UID)
 }
 
 const poll = 200 * time.Millisecond
@@ -127,6 +131,7 @@ func Run(t *testing.T, tg Target) {
 		objects = append([]client.Object{oar}, objects...)
 	}
 
+	uid := cl.UID
 	t.Run("everything deletes", func(t *testing.T) {
 		for _, o := range objects {
 			require.NoError(t, client.IgnoreNotFound(c.Delete(ctx, o)))
@@ -136,6 +141,9 @@ func Run(t *testing.T, tg Target) {
 		}
 		err := c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{})
 		assert.True(t, apierrors.IsNotFound(err), "the ClusterProfile goes with its ProviderConfig: %v", err)
+		if tg.ClusterGone != nil {
+			tg.ClusterGone(t, uid)
+		}
 	})
 }
 
