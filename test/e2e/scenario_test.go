@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	"github.com/openmcp-local/cluster-provider/backend/kind"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend/kind"
 	"github.com/openmcp-local/cluster-provider/test/idp"
 	"github.com/openmcp-local/cluster-provider/test/scenario"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
