@@ -20,5 +20,9 @@ done
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
+old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
 DOCKER_BUILDKIT=0 docker build -q -f Dockerfile -t "$image" "$ctx" >/dev/null
+if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$image")" ]; then
+  docker rmi "$old" >/dev/null 2>&1 || true # the previous build, now untagged
+fi
 echo "built $image ($(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')) in $((SECONDS - start)) s" >&2
