@@ -66,9 +66,13 @@ bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/ben
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem $(BENCH_PKGS)
 
 .PHONY: fuzz
-fuzz: ## Fuzz the selector decoder and the scheduler's configuration, FUZZTIME each (default 30s).
-	go test ./api/clusters/v1alpha1 -run '^$$' -fuzz FuzzSelector -fuzztime $${FUZZTIME:-30s}
-	go test ./controllers/scheduler -run '^$$' -fuzz FuzzConfig -fuzztime $${FUZZTIME:-30s}
+fuzz: ## Run every Go fuzz target (the parsers and validators of user input), FUZZTIME each (default 30s).
+	@git grep -l --untracked '^func Fuzz' -- '*_test.go' | while read -r f; do \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+	    echo "go test ./$$(dirname "$$f") -run '^$$' -fuzz '^$$t$$' -fuzztime $${FUZZTIME:-30s}"; \
+	    go test ./$$(dirname "$$f") -run '^$$' -fuzz "^$$t\$$" -fuzztime $${FUZZTIME:-30s} || exit 1; \
+	  done; \
+	done
 
 E2E_TEST := $(ENVTEST_ASSETS)/e2e.test
 GINKGO   := $(ENVTEST_ASSETS)/ginkgo

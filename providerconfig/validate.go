@@ -16,6 +16,11 @@ import (
 // can be used as a label value (AccessRequests are labelled with it). The message names every
 // offending field.
 func validate(pc *providersv1alpha1.ProviderConfig, profileName string) error {
+	return validateFields(pc, profileName).ToAggregate()
+}
+
+// validateFields is validate's list of errors, one per offending field.
+func validateFields(pc *providersv1alpha1.ProviderConfig, profileName string) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
 	seen := map[string]int{}
@@ -60,5 +65,5 @@ func validate(pc *providersv1alpha1.ProviderConfig, profileName string) error {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), pc.Name,
 			fmt.Sprintf("the ClusterProfile name %q must be usable as a label value (%s); use a shorter ProviderConfig name", profileName, msg)))
 	}
-	return errs.ToAggregate()
+	return errs
 }

@@ -202,7 +202,7 @@ func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, i
 		if name == "" {
 			name = fmt.Sprintf("openmcp:oidc-role:%s:%d", id, i)
 		}
-		p.role(name, role, role.Name != "")
+		p.role(fmt.Sprintf("spec.oidc.roles[%d]", i), name, role, role.Name != "")
 	}
 	for i, rb := range c.RoleBindings {
 		subjects := make([]rbacv1.Subject, len(rb.Subjects))
@@ -216,7 +216,7 @@ func planOIDC(ar *clustersv1alpha1.AccessRequest, c common.OIDCProviderConfig, i
 			}
 		}
 		for j, ref := range rb.RoleRefs {
-			p.bind(fmt.Sprintf("openmcp:oidc:%s:%d:%d", id, i, j), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
+			p.bind(fmt.Sprintf("spec.oidc.roleBindings[%d].roleRefs[%d]", i, j), fmt.Sprintf("openmcp:oidc:%s:%d:%d", id, i, j), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
 		}
 	}
 	return p

@@ -31,6 +31,9 @@ type target struct {
 // with one server-side apply. Unless fresh (nothing was ever made for this request), objects of
 // the request that p no longer asks for are deleted. Errors the user must fix carry a reason.
 func (t target) grant(ctx context.Context, p plan, fresh bool) error {
+	if err := p.check(); err != nil {
+		return err
+	}
 	if sa := p.serviceAccount; sa != nil {
 		if err := t.ensureNamespace(ctx, sa.Namespace); err != nil {
 			return err

@@ -9,10 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
 // Labels and annotations on the objects this provider creates in a cluster for an AccessRequest.
@@ -65,6 +67,8 @@ type rbacObject struct {
 	obj       any // *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding
 	meta      *metav1.ObjectMeta
 	userNamed bool
+	// field is the part of the spec the object comes from, e.g. spec.token.permissions[1].
+	field string
 }
 
 // planToken builds the plan of ar's spec.token for the ServiceAccount in accessNamespace.
@@ -81,48 +85,99 @@ func planToken(ar *clustersv1alpha1.AccessRequest, id, accessNamespace string) p
 		if name == "" {
 			name = fmt.Sprintf("openmcp:permission:%s:%d", id, i)
 		}
-		p.role(name, perm, perm.Name != "")
+		f := fmt.Sprintf("spec.token.permissions[%d]", i)
+		p.role(f, name, perm, perm.Name != "")
 		kind := "ClusterRole"
 		if perm.Namespace != "" {
 			kind = "Role"
 		}
-		p.bind(name, perm.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}, subjects, perm.Name != "")
+		p.bind(f, name, perm.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}, subjects, perm.Name != "")
 	}
 	for i, ref := range tok.RoleRefs {
-		p.bind(fmt.Sprintf("openmcp:roleref:%s:%d", id, i), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
+		p.bind(fmt.Sprintf("spec.token.roleRefs[%d]", i), fmt.Sprintf("openmcp:roleref:%s:%d", id, i), ref.Namespace, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: ref.Kind, Name: ref.Name}, subjects, false)
 	}
 	return p
 }
 
 // role adds the (Cluster)Role named name of perm: a Role in perm's namespace (which is created
 // unless perm opts out), a ClusterRole without one.
-func (p *plan) role(name string, perm clustersv1alpha1.PermissionsRequest, userNamed bool) {
+func (p *plan) role(field, name string, perm clustersv1alpha1.PermissionsRequest, userNamed bool) {
 	if perm.Namespace == "" {
 		r := &rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: p.meta(name, ""), Rules: perm.Rules}
-		p.add(r, &r.ObjectMeta, userNamed)
+		p.add(field, r, &r.ObjectMeta, userNamed)
 		return
 	}
 	if !perm.DisableAutomaticNamespaceCreation && !slices.Contains(p.namespaces, perm.Namespace) {
 		p.namespaces = append(p.namespaces, perm.Namespace)
 	}
 	r := &rbacv1.Role{TypeMeta: typeMeta("Role"), ObjectMeta: p.meta(name, perm.Namespace), Rules: perm.Rules}
-	p.add(r, &r.ObjectMeta, userNamed)
+	p.add(field, r, &r.ObjectMeta, userNamed)
 }
 
 // bind adds a binding named name of roleRef to subjects: a RoleBinding in namespace, a
 // ClusterRoleBinding without one.
-func (p *plan) bind(name, namespace string, roleRef rbacv1.RoleRef, subjects []rbacv1.Subject, userNamed bool) {
+func (p *plan) bind(field, name, namespace string, roleRef rbacv1.RoleRef, subjects []rbacv1.Subject, userNamed bool) {
 	if namespace == "" {
 		b := &rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: p.meta(name, ""), Subjects: subjects, RoleRef: roleRef}
-		p.add(b, &b.ObjectMeta, userNamed)
+		p.add(field, b, &b.ObjectMeta, userNamed)
 		return
 	}
 	b := &rbacv1.RoleBinding{TypeMeta: typeMeta("RoleBinding"), ObjectMeta: p.meta(name, namespace), Subjects: subjects, RoleRef: roleRef}
-	p.add(b, &b.ObjectMeta, userNamed)
+	p.add(field, b, &b.ObjectMeta, userNamed)
 }
 
-func (p *plan) add(obj any, m *metav1.ObjectMeta, userNamed bool) {
-	p.objects = append(p.objects, rbacObject{obj: obj, meta: m, userNamed: userNamed})
+func (p *plan) add(field string, obj any, m *metav1.ObjectMeta, userNamed bool) {
+	p.objects = append(p.objects, rbacObject{obj: obj, meta: m, userNamed: userNamed, field: field})
+}
+
+// check returns, with ReasonInvalidPermissions, what the user must fix before any of the plan is
+// written: a name or namespace the cluster would refuse, a binding to a kind that cannot be bound
+// there, or two parts of the spec that would make the same object (the second would silently
+// replace the first's rules). It names the fields.
+func (p *plan) check() error {
+	seen := map[string]string{} // kind/namespace/name -> field
+	for _, o := range p.objects {
+		kind, ns, name := kindOf(o.obj), o.meta.Namespace, o.meta.Name
+		if msgs := path.IsValidPathSegmentName(name); len(msgs) > 0 {
+			return kit.Errorf(ReasonInvalidPermissions, "%s: %s name %q is not valid: %s", o.field, kind, name, strings.Join(msgs, "; "))
+		}
+		if ns != "" {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				return kit.Errorf(ReasonInvalidPermissions, "%s: namespace %q is not valid: %s", o.field, ns, strings.Join(msgs, "; "))
+			}
+		}
+		if ref := roleRefOf(o.obj); ref != nil {
+			switch {
+			case ref.Kind != "ClusterRole" && ref.Kind != "Role":
+				return kit.Errorf(ReasonInvalidPermissions, "%s: kind %q cannot be bound; use Role or ClusterRole", o.field, ref.Kind)
+			case ref.Kind == "Role" && ns == "":
+				return kit.Errorf(ReasonInvalidPermissions, "%s: Role %q needs a namespace (a Role is bound in its own namespace); set namespace, or use a ClusterRole", o.field, ref.Name)
+			}
+			if ref.Name == "" {
+				return kit.Errorf(ReasonInvalidPermissions, "%s: the %s to bind has no name", o.field, ref.Kind)
+			}
+			if msgs := path.IsValidPathSegmentName(ref.Name); len(msgs) > 0 {
+				return kit.Errorf(ReasonInvalidPermissions, "%s: %s name %q is not valid: %s", o.field, ref.Kind, ref.Name, strings.Join(msgs, "; "))
+			}
+		}
+		key := kind + "/" + qualified(ns, name)
+		if first, dup := seen[key]; dup {
+			return kit.Errorf(ReasonInvalidPermissions, "%s: %s %s is also made by %s, and one would replace the other; give each its own name or namespace", o.field, kind, qualified(ns, name), first)
+		}
+		seen[key] = o.field
+	}
+	return nil
+}
+
+// roleRefOf is the role a binding binds; nil for roles.
+func roleRefOf(obj any) *rbacv1.RoleRef {
+	switch b := obj.(type) {
+	case *rbacv1.RoleBinding:
+		return &b.RoleRef
+	case *rbacv1.ClusterRoleBinding:
+		return &b.RoleRef
+	}
+	return nil
 }
 
 func (p *plan) meta(name, namespace string) metav1.ObjectMeta {

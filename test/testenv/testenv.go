@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -90,6 +91,12 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // Main is a TestMain body: it starts the environment into *env, runs the tests and stops it.
 // A package whose tests need the API server calls os.Exit(testenv.Main(m, &env)).
 func Main(m *testing.M, env **Env) int {
+	// A fuzzing run (go test -fuzz, its coordinator and workers) runs one fuzz target of pure
+	// code: no API server is started for it, and *env stays nil.
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		return m.Run()
+	}
 	e, err := Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "envtest:", err)
