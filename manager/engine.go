@@ -32,6 +32,9 @@ type Kind struct {
 	// Predicates filter events before routing; an event is routed only if all pass. They apply
 	// to every profile alike. Initial enqueues at StartProfile bypass them.
 	Predicates []predicate.Predicate
+	// Workers is the number of workers per profile for this kind. Default Options.Workers. The
+	// queue never hands one object to two workers at once.
+	Workers int
 }
 
 // Options configure an Engine. The zero value of each field means its default.
@@ -322,7 +325,11 @@ func (e *Engine) startLocked(runCtx context.Context, p Profile) error {
 			continue
 		}
 		c := newController(p.Name, k.Name, rec, e.opts.NewRateLimiter(), e.log)
-		c.start(ctx, e.opts.Workers)
+		workers := k.Workers
+		if workers <= 0 {
+			workers = e.opts.Workers
+		}
+		c.start(ctx, workers)
 		run.controllers = append(run.controllers, c)
 	}
 

@@ -92,7 +92,8 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 
-	engine, err := profile.NewEngine(ctx, mgr.GetCache(), scheme, o.ProviderName, log.WithName("engine"))
+	engine, err := profile.NewEngine(ctx, mgr.GetCache(), scheme, o.ProviderName,
+		profile.Workers{Cluster: o.ClusterWorkers, AccessRequest: o.AccessRequestWorkers}, log.WithName("engine"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller engine: %w", err)
 	}

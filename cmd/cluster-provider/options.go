@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
 )
 
 // The names --controllers accepts.
@@ -67,6 +68,12 @@ type runOptions struct {
 	LocalAdvertiseHost string
 	// LocalMaxClusters is --local-max-clusters. Default 20.
 	LocalMaxClusters int
+	// ClusterWorkers is --cluster-workers: Clusters of one profile reconciled in parallel.
+	// Default profile.DefaultWorkers.
+	ClusterWorkers int
+	// AccessRequestWorkers is --accessrequest-workers: AccessRequests of one profile reconciled in
+	// parallel. Default profile.DefaultWorkers.
+	AccessRequestWorkers int
 	// KindBackend is --kind-backend: run Clusters of kind ProviderConfigs as kind clusters (needs a
 	// Docker engine). Default false.
 	KindBackend bool
@@ -108,6 +115,10 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Host (IP or DNS name) in local clusters' endpoints and serving certificates; a non-loopback host makes their API servers listen on every interface.")
 	fs.IntVar(&o.LocalMaxClusters, "local-max-clusters", 20,
 		"How many local clusters may run at once; Clusters beyond get Provisioned=False, reason CapacityExhausted.")
+	fs.IntVar(&o.ClusterWorkers, "cluster-workers", profile.DefaultWorkers.Cluster,
+		"Workers per ClusterProfile for Clusters: how many Clusters of one profile are reconciled at once (one Cluster never by two).")
+	fs.IntVar(&o.AccessRequestWorkers, "accessrequest-workers", profile.DefaultWorkers.AccessRequest,
+		"Workers per ClusterProfile for AccessRequests: how many requests of one profile are granted at once (one request never by two).")
 	fs.BoolVar(&o.KindBackend, "kind-backend", false,
 		"Run the Clusters of kind ProviderConfigs as kind clusters (needs a Docker engine next to the operator); their state goes to <state-dir>/kind.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
@@ -161,6 +172,14 @@ func (o *runOptions) validate() error {
 	errs = append(errs, dnsLabel("--access-namespace", o.AccessNamespace))
 	if o.TokenValidity < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--token-validity %s: must be at least 10m, the shortest validity the TokenRequest API grants", o.TokenValidity))
+	}
+	for _, w := range []struct {
+		flag string
+		n    int
+	}{{"--cluster-workers", o.ClusterWorkers}, {"--accessrequest-workers", o.AccessRequestWorkers}} {
+		if w.n < 1 || w.n > 64 {
+			errs = append(errs, fmt.Errorf("%s %d: must be between 1 and 64", w.flag, w.n))
+		}
 	}
 	if o.LocalMaxClusters < 1 {
 		errs = append(errs, fmt.Errorf("--local-max-clusters %d: must be at least 1", o.LocalMaxClusters))

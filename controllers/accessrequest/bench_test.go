@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/test/idp"
 	"github.com/openmcp-local/cluster-provider/test/operator"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
@@ -39,12 +42,17 @@ const benchRequests = 200
 // sequential: one request at a time, each created once the previous one is Granted: the latency
 // of a single grant.
 // burst: benchRequests requests created as fast as one client can, then waited for: the latency
-// when many arrive at once (they queue behind the profile's one worker).
+// when many arrive at once (they queue behind the profile's workers: the operator's default
+// number, profile.DefaultWorkers; BENCH_AR_WORKERS overrides it).
 //
 //	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkGrant -benchtime 1x ./controllers/accessrequest/
 func BenchmarkGrant(b *testing.B) {
 	counter := &clusterRequests{byVerb: map[string]int{}}
-	operator.Start(b, env, operator.Options{ProviderName: testProvider, Labeller: true,
+	workers := profile.DefaultWorkers
+	if n, err := strconv.Atoi(os.Getenv("BENCH_AR_WORKERS")); err == nil {
+		workers.AccessRequest = n
+	}
+	operator.Start(b, env, operator.Options{ProviderName: testProvider, Labeller: true, Workers: workers,
 		Access: accessrequest.Options{WrapTransport: counter.wrap}})
 	ns := env.Namespace(b)
 	profileName := newProviderConfig(b)

@@ -81,6 +81,10 @@ type Reconciler struct {
 
 	discoveryOnce sync.Once
 	issuers       *discoveryCache
+
+	// trustLocks serialize, per Cluster, the computing and writing of its trusted issuers: with
+	// several workers, two requests of one Cluster must not write the file from different views.
+	trustLocks [64]sync.Mutex
 }
 
 // Reconcile answers one prepared AccessRequest; a lost optimistic-lock race is retried quietly.

@@ -32,7 +32,7 @@ func CacheOptions() cache.Options {
 // the secondary watches of its AccessRequest reconcilers: a Cluster that becomes Ready, goes
 // away or starts deleting reaches the requests for it; a kubeconfig Secret that is edited or
 // deleted reaches the request that owns it.
-func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, log logr.Logger) (*manager.Engine, error) {
+func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, workers Workers, log logr.Logger) (*manager.Engine, error) {
 	if err := c.IndexField(ctx, &clustersv1alpha1.AccessRequest{}, accessrequest.IndexClusterRef, func(o client.Object) []string {
 		ar := o.(*clustersv1alpha1.AccessRequest)
 		if accessrequest.ProfileOf(ar, providerName) == "" || ar.Spec.ClusterRef == nil {
@@ -44,7 +44,7 @@ func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, provi
 	}
 	return manager.New(ctx, c, manager.Options{
 		Scheme:  scheme,
-		Kinds:   Kinds(providerName),
+		Kinds:   Kinds(providerName, workers),
 		Watches: Watches(c, providerName),
 		Logger:  log,
 	})

@@ -34,7 +34,7 @@ func TestNames(t *testing.T) {
 }
 
 func TestKinds(t *testing.T) {
-	kinds := Kinds("me")
+	kinds := Kinds("me", Workers{})
 	assert.Equal(t, KindCluster, kinds[0].Name)
 	assert.Equal(t, KindAccessRequest, kinds[1].Name)
 	cl := &clustersv1alpha1.Cluster{Spec: clustersv1alpha1.ClusterSpec{Profile: "default.me.a"}}

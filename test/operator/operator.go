@@ -54,6 +54,8 @@ type Options struct {
 	Access accessrequest.Options
 	// Labeller runs the central AccessRequest labeller too.
 	Labeller bool
+	// Workers per profile and kind (--cluster-workers, --accessrequest-workers). Default 1 each.
+	Workers profile.Workers
 }
 
 // Operator is a running operator.
@@ -92,7 +94,7 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 		Cache:      profile.CacheOptions(),
 	})
 	require.NoError(t, err)
-	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, ctrl.Log.WithName("engine"))
+	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, o.Workers, ctrl.Log.WithName("engine"))
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(e))
 	reader := mgr.GetAPIReader()
