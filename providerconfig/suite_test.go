@@ -70,7 +70,7 @@ func startOperator(t *testing.T) *countingEngine {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	require.NoError(t, err)
-	e, err := manager.New(ctx, mgr.GetCache(), manager.Options{Scheme: testenv.Scheme, Kinds: profile.Kinds(testProvider)})
+	e, err := manager.New(ctx, mgr.GetCache(), manager.Options{Scheme: testenv.Scheme, Kinds: profile.Kinds(testProvider, profile.Workers{})})
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(e))
 	counting := &countingEngine{Engine: e, starts: map[string]int{}}
