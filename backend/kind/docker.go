@@ -113,7 +113,8 @@ func RunDockerShim(args []string) int {
 	return 127
 }
 
-var shimOnce struct {
+// shim is where this process put its docker shim, once it has.
+var shim struct {
 	sync.Mutex
 	dir string
 }
@@ -121,9 +122,9 @@ var shimOnce struct {
 // Unprivileged makes every later `docker` this process (and its children) runs the shim: it
 // links this executable as dir/docker and puts dir first on $PATH. Idempotent.
 func Unprivileged(dir string) error {
-	shimOnce.Lock()
-	defer shimOnce.Unlock()
-	if shimOnce.dir != "" {
+	shim.Lock()
+	defer shim.Unlock()
+	if shim.dir != "" {
 		return nil
 	}
 	real, err := exec.LookPath("docker")
@@ -148,7 +149,7 @@ func Unprivileged(dir string) error {
 	if err := os.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH")); err != nil {
 		return err
 	}
-	shimOnce.dir = dir
+	shim.dir = dir
 	return nil
 }
 

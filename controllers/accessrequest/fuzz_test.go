@@ -43,17 +43,8 @@ func FuzzTokenPlan(f *testing.F) {
 			Spec: clustersv1alpha1.AccessRequestSpec{Token: &tok}}
 		id := RequestID("env", "provider", ar.Namespace, ar.Name)
 		p := planToken(ar, id, "openmcp-access")
-		if err := p.check(); err != nil {
-			requireRejection(t, err, ReasonInvalidPermissions, "spec.token.")
+		if !requireChecked(t, p, "spec.token.", "openmcp:permission:", tok.Permissions) {
 			return
-		}
-		requireUnique(t, p)
-		for i, perm := range tok.Permissions {
-			name := perm.Name
-			if name == "" {
-				name = genName("openmcp:permission:", id, i)
-			}
-			requireRules(t, p, perm.Namespace, name, perm.Rules)
 		}
 		for _, o := range p.objects {
 			if o.meta.Labels[LabelRequestID] != id {
@@ -102,17 +93,8 @@ func FuzzOIDC(f *testing.F) {
 			return
 		}
 		p := planOIDC(ar, c, RequestID("env", "provider", ar.Namespace, ar.Name))
-		if err := p.check(); err != nil {
-			requireRejection(t, err, ReasonInvalidPermissions, "spec.oidc.")
+		if !requireChecked(t, p, "spec.oidc.", "openmcp:oidc-role:", o.Roles) {
 			return
-		}
-		requireUnique(t, p)
-		for i, role := range o.Roles {
-			name := role.Name
-			if name == "" {
-				name = genName("openmcp:oidc-role:", p.id, i)
-			}
-			requireRules(t, p, role.Namespace, name, role.Rules)
 		}
 		for _, obj := range p.objects {
 			var subjects []rbacv1.Subject
@@ -131,7 +113,25 @@ func FuzzOIDC(f *testing.F) {
 	})
 }
 
-func genName(prefix, id string, i int) string { return fmt.Sprintf("%s%s:%d", prefix, id, i) }
+// requireChecked checks p: a rejection must carry ReasonInvalidPermissions and start with field;
+// an accepted plan must write no object twice and keep the rules of every permission (unnamed
+// ones get generated+<id>:<index>). It reports whether p was accepted.
+func requireChecked(t *testing.T, p plan, field, generated string, perms []clustersv1alpha1.PermissionsRequest) bool {
+	t.Helper()
+	if err := p.check(); err != nil {
+		requireRejection(t, err, ReasonInvalidPermissions, field)
+		return false
+	}
+	requireUnique(t, p)
+	for i, perm := range perms {
+		name := perm.Name
+		if name == "" {
+			name = fmt.Sprintf("%s%s:%d", generated, p.id, i)
+		}
+		requireRules(t, p, perm.Namespace, name, perm.Rules)
+	}
+	return true
+}
 
 // requireRejection fails unless err carries reason and its message starts with the field (or
 // text) that tells the user what to fix.

@@ -101,14 +101,7 @@ func Run(t *testing.T, tg Target) {
 		},
 	}
 	t.Run("an AccessRequest yields a kubeconfig that works, and no more", func(t *testing.T) {
-		require.NoError(t, c.Create(ctx, ar))
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(ar), ar))
-			assert.Equal(ct, common.PhaseGranted, ar.Status.Phase, "conditions: %+v", ar.Status.Conditions)
-		}, tg.Within, poll)
-		require.NotNil(t, ar.Status.SecretRef)
-		s := &corev1.Secret{}
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: ar.Status.SecretRef.Name}, s))
+		s := grantedSecret(t, tg, ar)
 		cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[clustersv1alpha1.SecretKeyKubeconfig])
 		require.NoError(t, err)
 		if tg.Reach != nil {
@@ -151,7 +144,6 @@ func Run(t *testing.T, tg Target) {
 // token lists namespaces and creates none; it returns the AccessRequest.
 func oidcStep(t *testing.T, tg Target, ns, cluster string) *clustersv1alpha1.AccessRequest {
 	ctx := context.Background()
-	c := tg.Client
 	ar := &clustersv1alpha1.AccessRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "scenario-oidc"},
 		Spec: clustersv1alpha1.AccessRequestSpec{
@@ -171,14 +163,7 @@ func oidcStep(t *testing.T, tg Target, ns, cluster string) *clustersv1alpha1.Acc
 		},
 	}
 	t.Run("an OIDC AccessRequest makes the Cluster trust the issuer, for what it binds", func(t *testing.T) {
-		require.NoError(t, c.Create(ctx, ar))
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(ar), ar))
-			assert.Equal(ct, common.PhaseGranted, ar.Status.Phase, "conditions: %+v", ar.Status.Conditions)
-		}, tg.Within, poll)
-		require.NotNil(t, ar.Status.SecretRef)
-		s := &corev1.Secret{}
-		require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ar.Status.SecretRef.Name}, s))
+		s := grantedSecret(t, tg, ar)
 		host := string(s.Data[clustersv1alpha1.SecretKeyHost])
 		if tg.Reach != nil {
 			host = tg.Reach(t, host)
@@ -200,6 +185,22 @@ func oidcStep(t *testing.T, tg Target, ns, cluster string) *clustersv1alpha1.Acc
 		assert.True(t, apierrors.IsUnauthorized(err), "a token for another client ID: %v", err)
 	})
 	return ar
+}
+
+// grantedSecret creates ar, waits until it is Granted and returns the Secret its status names.
+func grantedSecret(t *testing.T, tg Target, ar *clustersv1alpha1.AccessRequest) *corev1.Secret {
+	t.Helper()
+	ctx := context.Background()
+	c := tg.Client
+	require.NoError(t, c.Create(ctx, ar))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(ar), ar))
+		assert.Equal(ct, common.PhaseGranted, ar.Status.Phase, "conditions: %+v", ar.Status.Conditions)
+	}, tg.Within, poll)
+	require.NotNil(t, ar.Status.SecretRef)
+	s := &corev1.Secret{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: ar.Namespace, Name: ar.Status.SecretRef.Name}, s))
+	return s
 }
 
 // Port is the port of an API server URL.
