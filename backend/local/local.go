@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -64,6 +65,7 @@ type Backend struct {
 
 	mu        sync.Mutex
 	started   bool
+	lockedBy  string // while Start waits for the lock of --state-dir: who holds it
 	instances map[types.UID]*instance
 	deleting  map[types.UID]bool
 	ports     portAllocator
@@ -146,6 +148,16 @@ func (b *Backend) Start(ctx context.Context) error {
 	if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
 		return fmt.Errorf("local backend: --state-dir: %w", err)
 	}
+	lock, err := lockStateDir(ctx, b.opts.StateDir, func(holder string) {
+		b.log.Info("Waiting for the lock of --state-dir: another process runs its clusters", "holder", holder)
+		b.mu.Lock()
+		b.lockedBy = holder
+		b.mu.Unlock()
+	})
+	if err != nil || lock == nil {
+		return err
+	}
+	defer lock.Close() // after stopAll: the next process may run the clusters
 	// The folders are read before the Clusters are listed: a folder whose Cluster is missing from
 	// the later list belongs to a deleted Cluster (UIDs are never reused).
 	entries, err := os.ReadDir(b.opts.StateDir)
@@ -163,8 +175,8 @@ func (b *Backend) Start(ctx context.Context) error {
 
 	b.mu.Lock()
 	for _, e := range entries {
-		if !e.IsDir() {
-			continue
+		if !e.IsDir() || uuid.Validate(e.Name()) != nil {
+			continue // not a Cluster's folder (the lock, the kind backend's folder)
 		}
 		dir := filepath.Join(b.opts.StateDir, e.Name())
 		cl := byUID[types.UID(e.Name())]
@@ -187,6 +199,7 @@ func (b *Backend) Start(ctx context.Context) error {
 		b.log.Info("Adopted a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", m.Ports.APIServer)
 	}
 	b.started = true
+	b.lockedBy = ""
 	b.mu.Unlock()
 
 	<-ctx.Done()
@@ -215,8 +228,12 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.started {
-		return backend.State{Reason: backend.ReasonBackendStarting, RetryAfter: time.Second,
-			Message: "The local backend is starting (adopting the clusters of an earlier run) or this replica is not the leader."}, nil
+		msg := "The local backend is starting (adopting the clusters of an earlier run) or this replica is not the leader."
+		if b.lockedBy != "" {
+			msg = fmt.Sprintf("The local backend waits for the lock of --state-dir %s, held by %s: the process that ran these clusters before has not ended yet.",
+				b.opts.StateDir, b.lockedBy)
+		}
+		return backend.State{Reason: backend.ReasonBackendStarting, RetryAfter: time.Second, Message: msg}, nil
 	}
 	if b.deleting[cl.UID] {
 		return backend.State{}, fmt.Errorf("cluster %s/%s is being deleted", cl.Namespace, cl.Name)

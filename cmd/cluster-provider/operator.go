@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -76,17 +77,29 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 	if err != nil {
 		return nil, err
 	}
+	var lock resourcelock.Interface
+	if o.LeaderElect {
+		if lock, err = newLeaseLock(cfg, o, o.LeaderElectionNamespace); err != nil {
+			return nil, err
+		}
+	}
+	// Watches wait for a platform API server that refuses connections (waitForAPIServer); the
+	// lease lock above keeps its own client, whose requests must fail fast.
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(waitForAPIServer(log.WithName("platform"), apiServerRetry))
 	scheme := apischeme.New()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Logger:                        log,
-		LeaderElection:                o.LeaderElect,
-		LeaderElectionID:              o.ProviderName + ".cluster-provider.openmcp.cloud",
-		LeaderElectionNamespace:       o.LeaderElectionNamespace,
-		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: o.MetricsBindAddress},
-		HealthProbeBindAddress:        o.HealthProbeBindAddress,
-		Cache:                         profile.CacheOptions(),
+		Scheme:                              scheme,
+		Logger:                              log,
+		LeaderElection:                      o.LeaderElect,
+		LeaderElectionResourceLockInterface: lock,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		HealthProbeBindAddress:              o.HealthProbeBindAddress,
+		Cache:                               profile.CacheOptions(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)

@@ -52,6 +52,10 @@ type runOptions struct {
 	LeaderElect bool
 	// LeaderElectionNamespace is --leader-election-namespace; empty means the pod's namespace.
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod are --leader-elect-lease-duration,
+	// --leader-elect-renew-deadline and --leader-elect-retry-period (leader.go says why 137s, 107s
+	// and 26s).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MetricsBindAddress is --metrics-bind-address; "0" disables the metrics endpoint.
 	MetricsBindAddress string
 	// HealthProbeBindAddress is --health-probe-bind-address (/healthz, /readyz); "0" disables it.
@@ -103,6 +107,12 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Elect a leader among replicas; only the leader reconciles.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "",
 		"Namespace of the leader election lease; default the pod's namespace (required out of cluster).")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", defaultLeaseDuration,
+		"How long a standby waits, after the leader's last renewal, before it takes the lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", defaultRenewDeadline,
+		"How long the leader keeps trying to renew its lease (the platform's API server is away) before it stops and its local clusters with it.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", defaultRetryPeriod,
+		"How often the leader renews its lease and a standby tries to take it.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080",
 		"host:port of the metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081",
@@ -157,6 +167,7 @@ func (o *runOptions) validate() error {
 	case o.LeaderElect && !fileExists(inClusterNamespaceFile):
 		errs = append(errs, errors.New("--leader-elect needs --leader-election-namespace when not running in a pod"))
 	}
+	errs = append(errs, o.validateLease())
 	enabled, err := parseControllers(o.Controllers)
 	errs = append(errs, err)
 	o.Enabled = enabled

@@ -33,6 +33,15 @@ func TestParseRunOptions(t *testing.T) {
 				assert.Empty(t, o.LeaderElectionNamespace)
 				assert.Empty(t, o.ConfigPath)
 				assert.Empty(t, o.Kubeconfig)
+				assert.Equal(t, []time.Duration{137 * time.Second, 107 * time.Second, 26 * time.Second},
+					[]time.Duration{o.LeaseDuration, o.RenewDeadline, o.RetryPeriod})
+			},
+		},
+		"short lease": {
+			args: []string{"--provider-name=x", "--leader-elect-lease-duration=15s", "--leader-elect-renew-deadline=10s", "--leader-elect-retry-period=2s"},
+			want: func(t *testing.T, o *runOptions) {
+				assert.Equal(t, []time.Duration{15 * time.Second, 10 * time.Second, 2 * time.Second},
+					[]time.Duration{o.LeaseDuration, o.RenewDeadline, o.RetryPeriod})
 			},
 		},
 		"every flag": {
@@ -71,6 +80,9 @@ func TestParseRunOptions(t *testing.T) {
 		"no controller":                {args: []string{"--provider-name=x", "--controllers=,"}, wantErr: []string{"--controllers: name at least one controller", "valid are accessrequest, providerconfig, scheduler"}},
 		"leader election out of a pod": {args: []string{"--provider-name=x", "--leader-elect"}, wantErr: []string{"--leader-elect needs --leader-election-namespace"}},
 		"bad lease namespace":          {args: []string{"--provider-name=x", "--leader-election-namespace=Kube_System"}, wantErr: []string{`--leader-election-namespace "Kube_System"`}},
+		"lease not longer than renew":  {args: []string{"--provider-name=x", "--leader-elect-lease-duration=107s"}, wantErr: []string{"--leader-elect-lease-duration 1m47s: must be longer than --leader-elect-renew-deadline (1m47s)"}},
+		"renew too close to retry":     {args: []string{"--provider-name=x", "--leader-elect-renew-deadline=30s"}, wantErr: []string{"--leader-elect-renew-deadline 30s: must be longer than 1.2 × --leader-elect-retry-period (26s)"}},
+		"retry not positive":           {args: []string{"--provider-name=x", "--leader-elect-retry-period=0s"}, wantErr: []string{"--leader-elect-retry-period 0s: must be positive"}},
 		"metrics address no port":      {args: []string{"--provider-name=x", "--metrics-bind-address=localhost"}, wantErr: []string{`--metrics-bind-address "localhost"`, "missing port"}},
 		"probe address bad port":       {args: []string{"--provider-name=x", "--health-probe-bind-address=:http"}, wantErr: []string{`--health-probe-bind-address ":http"`, "not a number"}},
 		"probe address empty":          {args: []string{"--provider-name=x", "--health-probe-bind-address="}, wantErr: []string{`--health-probe-bind-address ""`}},
