@@ -38,16 +38,7 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, operatorUser(t))
 	stateDir := t.TempDir()
 	ctx := t.Context()
-	run := func() *process {
-		probes := "127.0.0.1:" + freePort(t)
-		op := start(t, bin, "run", "--provider-name", "e2ek", "--kubeconfig", kubeconfig,
-			"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
-			"--local-binaries", assetsDir(t), "--state-dir", stateDir)
-		require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
-			readyTimeout, poll, "/readyz never answered 200")
-		require.False(t, op.exited(), "cluster-provider exited before it was ready")
-		return op
-	}
+	run := func() *process { return runLocal(t, bin, kubeconfig, "e2ek", stateDir) }
 	op := run()
 
 	pc := sampleProviderConfig(t)
@@ -135,6 +126,20 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	<-op.done
 	require.NoError(t, op.err, "cluster-provider exits 0 on SIGTERM")
 	assert.NotContains(t, op.output.String(), "forbidden", "the generated ClusterRole lacks a permission")
+}
+
+// runLocal starts `cluster-provider run` with the local backend on stateDir, as provider, with
+// extra flags, and returns once it is ready.
+func runLocal(t *testing.T, bin, kubeconfig, provider, stateDir string, extra ...string) *process {
+	t.Helper()
+	probes := "127.0.0.1:" + freePort(t)
+	op := start(t, bin, append([]string{"run", "--provider-name", provider, "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", probes,
+		"--local-binaries", assetsDir(t), "--state-dir", stateDir}, extra...)...)
+	require.Eventually(t, func() bool { return op.exited() || httpOK("http://"+probes+"/readyz") },
+		readyTimeout, poll, "/readyz never answered 200")
+	require.False(t, op.exited(), "cluster-provider exited before it was ready")
+	return op
 }
 
 func testNamespace(t *testing.T) string {

@@ -5,12 +5,14 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +45,8 @@ type Env struct {
 	// Client is an uncached client for test setup and assertions.
 	Client client.Client
 
-	env *envtest.Environment
+	env     *envtest.Environment
+	certDir string
 }
 
 // Start starts kube-apiserver and etcd and installs the CRDs. The binaries come from
@@ -57,7 +60,16 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The API server's certificates live in a folder of ours, not one envtest makes and forgets on
+	// Stop: StopAPIServer and StartAPIServer restart it on the same port with the same CA, so
+	// clients made before keep working.
+	certDir, err := os.MkdirTemp("", "testenv-apiserver-")
+	if err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{
+			CertDir: certDir, StopTimeout: apiServerStopTimeout}},
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: objs},
 		ErrorIfCRDPathMissing: true,
@@ -65,15 +77,37 @@ func Start() (*Env, error) {
 	}
 	cfg, err := env.Start()
 	if err != nil {
+		_ = os.RemoveAll(certDir)
 		return nil, fmt.Errorf("starting envtest from %s: %w", assets, err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: Scheme})
-	if err != nil {
-		_ = env.Stop()
+	e := &Env{Config: cfg, env: env, certDir: certDir}
+	if e.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
+		_ = e.Stop()
 		return nil, err
 	}
-	return &Env{Config: cfg, Client: c, env: env}, nil
+	return e, nil
 }
+
+// apiServerStopTimeout is how long the API server may take to stop after SIGTERM before it is
+// killed. Its graceful shutdown waits for long-running requests and has been seen to take more
+// than 20 s.
+const apiServerStopTimeout = 10 * time.Second
+
+// StopAPIServer stops the API server and leaves etcd running: an outage of the platform's API.
+// As kubelet stops a static pod, it sends SIGTERM and, after apiServerStopTimeout, SIGKILL (which
+// is not an error here). The API server refuses connections from its first moments of shutting
+// down. StartAPIServer ends the outage.
+func (e *Env) StopAPIServer() error {
+	err := e.env.ControlPlane.APIServer.Stop()
+	if err != nil && strings.HasPrefix(err.Error(), "timeout waiting for process") {
+		return nil // killed
+	}
+	return err
+}
+
+// StartAPIServer starts the API server stopped by StopAPIServer again, on the same address with
+// the same certificates, and returns once it answers /healthz.
+func (e *Env) StartAPIServer() error { return e.env.ControlPlane.APIServer.Start() }
 
 // User returns a rest.Config of a new user, authenticated by a client certificate, with the
 // given groups. The API server authorizes it by RBAC only: it may do what bindings grant.
@@ -86,7 +120,10 @@ func (e *Env) User(name string, groups ...string) (*rest.Config, error) {
 }
 
 // Stop stops the API server and etcd.
-func (e *Env) Stop() error { return e.env.Stop() }
+func (e *Env) Stop() error {
+	err := e.env.Stop()
+	return errors.Join(err, os.RemoveAll(e.certDir))
+}
 
 // Main is a TestMain body: it starts the environment into *env, runs the tests and stops it.
 // A package whose tests need the API server calls os.Exit(testenv.Main(m, &env)).
