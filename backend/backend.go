@@ -85,6 +85,10 @@ type State struct {
 	// supervises it (local); nil where the Backend does not report it (kind: kubeadm runs it).
 	// The cluster is complete only while it is Ready too.
 	ControllerManager *Part
+	// Repaired, when not empty, says what of the cluster's state the backend found damaged and
+	// made anew without loss (a garbled record rebuilt from the Cluster's status). It is reported
+	// by one Ensure only: the reconciler turns it into a Warning Event.
+	Repaired string
 	// DataLost, when not empty, says that the cluster was created anew, empty, because its data
 	// disappeared (a lost volume); it stays set for the cluster's life so nobody misses it.
 	DataLost string
@@ -135,6 +139,11 @@ const (
 	ReasonRunning = "Running"
 	// ReasonBackendStarting: the backend itself has not finished starting (adopting clusters).
 	ReasonBackendStarting = "BackendStarting"
+	// ReasonStateDamaged: a file of the cluster's state that cannot be made anew without loss
+	// (its CA, its service-account key) is damaged; a person must restore it.
+	ReasonStateDamaged = "StateDamaged"
+	// ReasonStateDirFull: the backend cannot write the cluster's state: no space left.
+	ReasonStateDirFull = "StateDirFull"
 )
 
 // Error is an error that names the condition reason it must be reported with. Its message says
@@ -142,6 +151,9 @@ const (
 type Error struct {
 	Reason string
 	Err    error
+	// RetryAfter, when not zero, is how soon to try again: the fix happens outside the platform's
+	// API (a file restored, space freed), so no change of an object would trigger a reconcile.
+	RetryAfter time.Duration
 }
 
 // Errorf returns an *Error with a formatted message.
@@ -156,6 +168,15 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // ConditionReason returns the reason; controllers/kit.ReasonOf finds it by this method.
 func (e *Error) ConditionReason() string { return e.Reason }
+
+// RetryAfter returns err's RetryAfter if its chain holds an *Error, else zero.
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
 
 // IsReason reports whether err's chain holds an *Error with reason.
 func IsReason(err error, reason string) bool {

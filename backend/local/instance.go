@@ -547,7 +547,11 @@ func (in *instance) state() backend.State {
 		},
 		Restarts: in.restarts,
 	}
-	if t := in.meta.DataLost; t != nil {
+	if t := in.meta.DataLost; t != nil && in.meta.LostPart == lostEtcd {
+		s.DataLost = fmt.Sprintf("The cluster's etcd data folder %s was gone at %s although the cluster had run: etcd was started anew, EMPTY, with the cluster's CA, ports and kubeconfigs. "+
+			"To bring back a backup of that folder, stop the operator, put it in place and start the operator again; this condition stays as a record.",
+			filepath.Join(in.dir, etcdDataDir), t.UTC().Format(time.RFC3339))
+	} else if t != nil {
 		s.DataLost = fmt.Sprintf("The cluster's folder %s was gone at %s although the cluster had run (a lost volume?): the cluster was created anew, EMPTY, with a new CA; "+
 			"its AccessRequests are granted again with new kubeconfigs. Restore nothing into it from the old folder: keep the state dir on a persistent volume (deploy/default does).",
 			in.dir, t.UTC().Format(time.RFC3339))

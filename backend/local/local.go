@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -47,6 +46,9 @@ type Options struct {
 	// HealthInterval is how often a complete cluster's controller manager is asked whether it is
 	// alive; after healthFailures answers missing in a row it is restarted. Default 10s.
 	HealthInterval time.Duration
+	// StateRetry is how soon a cluster whose folder is damaged (StateDamaged) or cannot be written
+	// (StateDirFull) is tried again. Default 30s.
+	StateRetry time.Duration
 	// Notify is told when a cluster's state changes by itself. Optional.
 	Notify backend.Notify
 	// ListClusters lists every Cluster of the platform cluster; Start uses it to adopt the
@@ -100,6 +102,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.StopGrace <= 0 {
 		opts.StopGrace = 10 * time.Second
+	}
+	if opts.StateRetry <= 0 {
+		opts.StateRetry = 30 * time.Second
 	}
 	if opts.HealthInterval <= 0 {
 		opts.HealthInterval = 10 * time.Second
@@ -192,6 +197,9 @@ func (b *Backend) Start(ctx context.Context) error {
 			b.log.Error(err, "Not adopting a cluster folder; the Cluster's next reconcile starts it anew with its data", "dir", dir)
 			continue
 		}
+		if etcdLost(dir, &m, cl) {
+			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "dir", dir)
+		}
 		if _, err := b.runLocked(dir, m); err != nil {
 			b.log.Error(err, "Adopting a cluster folder failed", "dir", dir)
 			continue
@@ -239,6 +247,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		return backend.State{}, fmt.Errorf("cluster %s/%s is being deleted", cl.Namespace, cl.Name)
 	}
 	in := b.instances[cl.UID]
+	repaired := ""
 	if in == nil {
 		if n := len(b.instances); n >= b.opts.MaxClusters {
 			return backend.State{}, backend.Errorf(backend.ReasonCapacityExhausted,
@@ -246,37 +255,42 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		}
 		dir := b.dir(cl.UID)
 		m, err := readMeta(dir)
-		if err != nil {
-			if !errors.Is(err, os.ErrNotExist) {
-				b.log.Error(err, "Recreating the cluster's record; its data is kept", "dir", dir)
-			}
+		switch {
+		case errors.Is(err, os.ErrNotExist):
 			m = meta{UID: cl.UID, Version: version}
 			if lost, ps := folderLost(dir, cl); lost != nil {
 				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
 				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 			}
+		case err != nil:
+			m, repaired = b.repairMeta(dir, cl, version, err)
+		}
+		if etcdLost(dir, &m, cl) {
+			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 		}
 		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
 		if in, err = b.runLocked(dir, m); err != nil {
-			return backend.State{}, err
+			return backend.State{}, b.stateError(err)
 		}
 		in.mu.Lock()
 		port := in.meta.Ports.APIServer
 		in.mu.Unlock()
 		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", port)
 	}
-	return in.state(), nil
+	s := in.state()
+	s.Repaired = repaired
+	return s, nil
 }
 
 // folderLost returns now and the ports the cluster had if cl's folder dir is gone although the
 // cluster ran here before: the Cluster's status holds this backend's provider status, which is
 // written only once its folder exists.
 func folderLost(dir string, cl *clustersv1alpha1.Cluster) (*time.Time, ports) {
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) || cl.Status.ProviderStatus == nil {
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		return nil, ports{}
 	}
-	var ps providerStatus
-	if json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
+	ps, ran := localStatus(cl)
+	if !ran {
 		return nil, ports{}
 	}
 	now := time.Now().UTC().Truncate(time.Second)
@@ -298,9 +312,23 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 	var err error
 	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.ControllerManager} {
 		if *p, _, err = b.ports.keep(*p); err != nil {
+			b.ports.release(m.Ports)
 			return nil, err
 		}
 	}
+	in, err := b.prepareLocked(dir, m, bins)
+	if err != nil {
+		b.ports.release(m.Ports) // the cluster does not run; its ports may go to another
+		return nil, err
+	}
+	b.instances[m.UID] = in
+	in.start()
+	return in, nil
+}
+
+// prepareLocked writes what cluster m needs in its folder dir besides its ports (certificates,
+// authentication config, its record) and returns its instance, not started.
+func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, error) {
 	p, err := loadOrCreatePKI(filepath.Join(dir, pkiDir), b.hosts())
 	if err != nil {
 		return nil, err
@@ -314,13 +342,7 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 	if err := writeMeta(dir, m); err != nil {
 		return nil, err
 	}
-	in, err := newInstance(b, dir, m, bins, p)
-	if err != nil {
-		return nil, err
-	}
-	b.instances[m.UID] = in
-	in.start()
-	return in, nil
+	return newInstance(b, dir, m, bins, p)
 }
 
 // reassignAPIServerPort gives in's API server a new port if another process took its port.

@@ -112,31 +112,55 @@ func loadOrCreatePKI(dir string, hosts []string) (*pki, error) {
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 
+// loadOrCreateCA loads the cluster's CA, or creates one when neither of its files exists. A CA
+// file that exists but does not load is damaged: every certificate and kubeconfig of the cluster
+// depends on it, so it is neither replaced nor touched, and the error (reason StateDamaged) says
+// what a person can do.
 func (p *pki) loadOrCreateCA() error {
 	certPEM, certErr := os.ReadFile(p.path(caCertFile))
-	key, keyErr := keyutil.PrivateKeyFromFile(p.path(caKeyFile))
-	if certErr == nil && keyErr == nil {
-		keyPEM, err := os.ReadFile(p.path(caKeyFile))
-		if err != nil {
-			return err
-		}
-		if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
-			return fmt.Errorf("%s and %s do not belong together (%w); every certificate of this cluster depends on them, so this needs a person: restore them from a backup, or delete the Cluster", caCertFile, caKeyFile, err)
-		}
-		certs, err := certutil.ParseCertsPEM(certPEM)
-		if err != nil {
-			return err
-		}
-		signer, ok := key.(crypto.Signer)
-		if !ok {
-			return errors.New(caKeyFile + " holds no signing key")
-		}
-		p.caCert, p.caKey, p.CAPEM = certs[0], signer, certPEM
-		return nil
+	_, keyErr := os.Stat(p.path(caKeyFile))
+	if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
+		return p.createCA()
 	}
-	if !errors.Is(certErr, os.ErrNotExist) && certErr != nil {
-		return certErr
+	ca, key, err := loadCA(certPEM, certErr, p.path(caKeyFile))
+	if err != nil {
+		return damaged(p.dir, []string{caCertFile, caKeyFile}, err,
+			"every certificate of the cluster and every kubeconfig granted for it depend on this CA",
+			"or remove both files to make a new CA: the cluster keeps its data, kubeconfigs granted before stop working and the AccessRequests are granted again")
 	}
+	p.caCert, p.caKey, p.CAPEM = ca, key, certPEM
+	return nil
+}
+
+// loadCA parses the CA certificate (read with certErr) and its key at keyPath, and checks that
+// they belong together.
+func loadCA(certPEM []byte, certErr error, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+	if certErr != nil {
+		return nil, nil, certErr
+	}
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", caCertFile, err)
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, nil, fmt.Errorf("%s and %s do not belong together: %w", caCertFile, caKeyFile, err)
+	}
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", caKeyFile, err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, nil, errors.New(caKeyFile + " holds no signing key")
+	}
+	return certs[0], signer, nil
+}
+
+func (p *pki) createCA() error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -145,7 +169,7 @@ func (p *pki) loadOrCreateCA() error {
 	if err != nil {
 		return err
 	}
-	certPEM, err = certutil.EncodeCertificates(ca)
+	certPEM, err := certutil.EncodeCertificates(ca)
 	if err != nil {
 		return err
 	}
@@ -159,25 +183,53 @@ func (p *pki) loadOrCreateCA() error {
 	return nil
 }
 
-// ensureSAKeys creates the key pair that signs and verifies service-account tokens.
+// ensureSAKeys creates the key pair that signs and verifies service-account tokens when neither
+// file exists, and writes the public key anew from the private one when only it is missing or
+// damaged. A damaged private key is not replaced: every token granted in the cluster was signed
+// with it.
 func (p *pki) ensureSAKeys() error {
-	if _, err := os.Stat(p.path(saKeyFile)); err == nil {
+	keyPEM, keyErr := os.ReadFile(p.path(saKeyFile))
+	var key crypto.Signer
+	switch {
+	case errors.Is(keyErr, os.ErrNotExist):
 		if _, err := os.Stat(p.path(saPubFile)); err == nil {
-			return nil
+			keyErr = errors.New(saKeyFile + " is missing but " + saPubFile + " exists")
+			break
+		}
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		if err := writeKey(p.path(saKeyFile), k); err != nil {
+			return err
+		}
+		key, keyErr = k, nil
+	case keyErr == nil:
+		parsed, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+		signer, ok := parsed.(crypto.Signer)
+		switch {
+		case err != nil:
+			keyErr = fmt.Errorf("%s: %w", saKeyFile, err)
+		case !ok:
+			keyErr = errors.New(saKeyFile + " holds no signing key")
+		default:
+			key = signer
 		}
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
+	if keyErr != nil {
+		return damaged(p.dir, []string{saKeyFile}, keyErr,
+			"every service-account token of the cluster, those of token AccessRequests among them, was signed with this key",
+			"or remove "+saKeyFile+" and "+saPubFile+" to make a new key pair: the cluster keeps its data, tokens issued before stop working")
 	}
 	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
 	if err != nil {
 		return err
 	}
-	if err := writeKey(p.path(saKeyFile), key); err != nil {
-		return err
+	want := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	if got, err := os.ReadFile(p.path(saPubFile)); err == nil && string(got) == string(want) {
+		return nil
 	}
-	return writeFileAtomic(p.path(saPubFile), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+	return writeFileAtomic(p.path(saPubFile), want, 0o644)
 }
 
 // issueServing issues the API server's serving certificate for hosts (IP addresses or DNS

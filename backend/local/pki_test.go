@@ -21,6 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
 // readCert parses the single certificate in the PEM file name of dir.
@@ -386,17 +388,67 @@ func TestLoadOrCreatePKIServiceAccountKeys(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, pub.Equal(caPriv.(crypto.Signer).Public()))
 
-	t.Run("sa.pub missing makes a new pair", func(t *testing.T) {
+	t.Run("sa.pub missing is written anew from sa.key", func(t *testing.T) {
 		oldKey := mustRead(t, filepath.Join(dir, saKeyFile))
 		require.NoError(t, os.Remove(filepath.Join(dir, saPubFile)))
 		_, err := loadOrCreatePKI(dir, nil)
 		require.NoError(t, err)
-		assert.NotEqual(t, oldKey, mustRead(t, filepath.Join(dir, saKeyFile)))
-		priv, err := keyutil.PrivateKeyFromFile(filepath.Join(dir, saKeyFile))
-		require.NoError(t, err)
+		assert.Equal(t, oldKey, mustRead(t, filepath.Join(dir, saKeyFile)), "the key that signed every token stays")
 		pubs, err := keyutil.PublicKeysFromFile(filepath.Join(dir, saPubFile))
 		require.NoError(t, err)
 		require.Len(t, pubs, 1)
-		assert.True(t, pubs[0].(*ecdsa.PublicKey).Equal(priv.(crypto.Signer).Public()))
+		assert.True(t, pubs[0].(*ecdsa.PublicKey).Equal(signer.Public()))
 	})
+}
+
+// TestLoadOrCreatePKIDamaged: a CA or service-account key that exists but does not load is never
+// replaced: the error has reason StateDamaged, names the file and says what to do, and no file of
+// the folder changes.
+func TestLoadOrCreatePKIDamaged(t *testing.T) {
+	truncate := func(name string) func(t *testing.T, dir string) {
+		return func(t *testing.T, dir string) {
+			data := mustRead(t, filepath.Join(dir, name))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), data[:len(data)/2], 0o600))
+		}
+	}
+	tests := map[string]struct {
+		damage func(t *testing.T, dir string)
+		want   []string
+	}{
+		"ca.key truncated": {damage: truncate(caKeyFile), want: []string{caCertFile + " and ", caKeyFile, "do not belong together", "remove both files to make a new CA"}},
+		"ca.crt truncated": {damage: truncate(caCertFile), want: []string{caCertFile, "remove both files to make a new CA"}},
+		"ca.key missing":   {damage: func(t *testing.T, dir string) { require.NoError(t, os.Remove(filepath.Join(dir, caKeyFile))) }, want: []string{caKeyFile, "no such file"}},
+		"sa.key garbage": {damage: func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, saKeyFile), []byte("garbage"), 0o600))
+		}, want: []string{saKeyFile, "service-account token", "tokens issued before stop working"}},
+		"sa.key missing, sa.pub kept": {damage: func(t *testing.T, dir string) { require.NoError(t, os.Remove(filepath.Join(dir, saKeyFile))) }, want: []string{"sa.key is missing but sa.pub exists"}},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := loadOrCreatePKI(dir, nil)
+			require.NoError(t, err)
+			tt.damage(t, dir)
+			before := folderFiles(t, dir)
+			_, err = loadOrCreatePKI(dir, nil)
+			require.Error(t, err)
+			assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "reason StateDamaged: %v", err)
+			for _, w := range append(tt.want, dir, "restore it from a backup of --state-dir", "starts by itself") {
+				assert.Contains(t, err.Error(), w)
+			}
+			assert.Equal(t, before, folderFiles(t, dir), "nothing in the folder changed")
+		})
+	}
+}
+
+// folderFiles maps the files of dir to their contents.
+func folderFiles(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, e := range entries {
+		out[e.Name()] = string(mustRead(t, filepath.Join(dir, e.Name())))
+	}
+	return out
 }

@@ -47,7 +47,13 @@ type meta struct {
 	// DataLost, when set, is when the cluster was created anew because its folder was gone
 	// although the Cluster had run before (a lost volume).
 	DataLost *time.Time `json:"dataLost,omitempty"`
+	// LostPart is what was gone when DataLost was set: empty for the whole folder, lostEtcd for
+	// the etcd data folder alone.
+	LostPart string `json:"lostPart,omitempty"`
 }
+
+// lostEtcd is meta.LostPart when only the etcd data folder was gone.
+const lostEtcd = "etcd"
 
 // ports are a cluster's TCP ports: the API server's on the advertise host, the controller
 // manager's (health and metrics) on the loopback. etcd has none: it listens on unix sockets.

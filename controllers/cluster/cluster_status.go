@@ -53,6 +53,9 @@ const (
 	// ReasonDataLost: the cluster was created anew, empty, because its data was gone (condition
 	// Provisioned, and a Warning Event).
 	ReasonDataLost = "DataLost"
+	// ReasonStateRepaired: the backend found part of the cluster's state damaged and made it anew
+	// without loss (Warning Event).
+	ReasonStateRepaired = "StateRepaired"
 )
 
 func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason, message string) {

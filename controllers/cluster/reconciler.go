@@ -110,9 +110,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 		reason := kit.ReasonOf(err, ReasonProvisioningFailed)
 		_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, reason, err.Error()) })
 		if reason != ReasonProvisioningFailed {
-			return reconcile.Result{}, serr // the user must act; their change triggers a reconcile
+			// The user must act: a change of theirs triggers a reconcile, or, for a fix outside
+			// the API (a restored file, freed space), the backend's RetryAfter does.
+			return reconcile.Result{RequeueAfter: backend.RetryAfter(err)}, serr
 		}
 		return reconcile.Result{}, errors.Join(fmt.Errorf("provisioning: %w", err), serr)
+	}
+	if state.Repaired != "" {
+		r.Event(cl, "Warning", ReasonStateRepaired, "Provision", "%s", state.Repaired)
 	}
 	if err := r.patchMetadata(ctx, cl, state); err != nil {
 		return reconcile.Result{}, err

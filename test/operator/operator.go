@@ -50,6 +50,9 @@ type Options struct {
 	StateDir string
 	// MaxClusters is --local-max-clusters. Default 20.
 	MaxClusters int
+	// StateRetry is how soon the local backend tries a damaged or full cluster folder again.
+	// Default the backend's (30s).
+	StateRetry time.Duration
 	// Access configures the AccessRequest reconcilers (Environment is set from Environment).
 	Access accessrequest.Options
 	// Labeller runs the central AccessRequest labeller too.
@@ -102,6 +105,7 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 		Binaries:    bins,
 		StateDir:    o.StateDir,
 		MaxClusters: o.MaxClusters,
+		StateRetry:  o.StateRetry,
 		StopGrace:   5 * time.Second,
 		Notify: func(r backend.Ref) {
 			e.Enqueue(profile.KindCluster, r.Profile, reconcile.Request{NamespacedName: r.NamespacedName})
