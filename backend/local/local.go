@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,6 +71,8 @@ type Backend struct {
 	lockedBy  string // while Start waits for the lock of --state-dir: who holds it
 	instances map[types.UID]*instance
 	deleting  map[types.UID]bool
+	// waiting are the Clusters refused for capacity; they are notified when a cluster is deleted.
+	waiting map[types.UID]backend.Ref
 	ports     portAllocator
 }
 
@@ -126,6 +129,7 @@ func New(opts Options) (*Backend, error) {
 		log:       opts.Logger,
 		instances: map[types.UID]*instance{},
 		deleting:  map[types.UID]bool{},
+		waiting:   map[types.UID]backend.Ref{},
 		ports:     portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
 }
@@ -250,8 +254,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 	repaired := ""
 	if in == nil {
 		if n := len(b.instances); n >= b.opts.MaxClusters {
+			b.waiting[cl.UID] = backend.RefOf(cl) // started once a cluster is deleted
 			return backend.State{}, backend.Errorf(backend.ReasonCapacityExhausted,
-				"this operator already runs %d local clusters, the most --local-max-clusters allows; delete a Cluster or raise --local-max-clusters", n)
+				"this operator already runs %d local clusters, the most --local-max-clusters allows; the cluster starts by itself once another Cluster is deleted, or raise --local-max-clusters", n)
 		}
 		dir := b.dir(cl.UID)
 		m, err := readMeta(dir)
@@ -272,6 +277,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		if in, err = b.runLocked(dir, m); err != nil {
 			return backend.State{}, b.stateError(err)
 		}
+		delete(b.waiting, cl.UID)
 		in.mu.Lock()
 		port := in.meta.Ports.APIServer
 		in.mu.Unlock()
@@ -397,6 +403,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	}
 	in := b.instances[cl.UID]
 	delete(b.instances, cl.UID)
+	delete(b.waiting, cl.UID)
 	b.deleting[cl.UID] = true
 	b.mu.Unlock()
 	defer func() {
@@ -409,8 +416,14 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 		in.stop(true)
 		b.mu.Lock()
 		b.ports.release(in.meta.Ports)
+		waiting := slices.Collect(maps.Values(b.waiting))
 		b.mu.Unlock()
 		b.log.Info("Stopped a cluster for deletion", "cluster", cl.Namespace+"/"+cl.Name)
+		if b.opts.Notify != nil {
+			for _, r := range waiting { // capacity freed: the first of them to come gets it
+				b.opts.Notify(r)
+			}
+		}
 	}
 	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
 		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)

@@ -209,3 +209,25 @@ func folderListing(t *testing.T, dir string) map[string]string {
 	}))
 	return out
 }
+
+// TestCapacityFrees: with --local-max-clusters 1, a second Cluster waits with reason
+// CapacityExhausted and starts by itself, untouched, once the first is deleted.
+func TestCapacityFrees(t *testing.T) {
+	startOperator(t, t.TempDir(), 1)
+	ns := env.Namespace(t)
+	profileName := profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name)
+	first := newCluster(t, ns, "first", profileName, "")
+	waitCluster(t, client.ObjectKeyFromObject(first), "first is Ready", isReady)
+	second := newCluster(t, ns, "second", profileName, "")
+	got := waitCluster(t, client.ObjectKeyFromObject(second), "second waits for capacity", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+		hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonCapacityExhausted)
+	})
+	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "starts by itself")
+	generation := got.Generation
+
+	require.NoError(t, env.Client.Delete(t.Context(), first))
+	got = waitCluster(t, client.ObjectKeyFromObject(second), "second starts once first is gone", isReady)
+	assert.Equal(t, generation, got.Generation, "nobody touched second's spec")
+	require.NoError(t, env.Client.Delete(t.Context(), second))
+	gone(t, second)
+}
