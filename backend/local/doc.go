@@ -58,4 +58,24 @@
 // State.DataLost says so for the rest of its life (the Cluster's Provisioned condition, reason
 // DataLost, and a Warning Event). Its AccessRequests are granted again: their kubeconfigs carry the
 // new CA.
+//
+// A damaged folder (damage.go) loses nothing that could still be used. A CA or service-account
+// key that exists but does not load is never replaced: the cluster stays stopped with reason
+// StateDamaged, naming the file and what to do, and is tried again every Options.StateRetry. A
+// garbled record (cluster.json) is rebuilt from the Cluster's status (same ports and version) and
+// the damaged file kept beside it (State.Repaired, a Warning Event). A missing etcd folder of a
+// cluster that ran is DataLost, as a missing cluster folder is. A full --state-dir is reason
+// StateDirFull, tried again every Options.StateRetry.
+//
+// # One process per folder
+//
+// Start takes an exclusive lock (flock) on <state-dir>/.lock before it adopts anything and holds
+// it until every cluster has stopped: two processes (a new leader and an old one that does not
+// know yet that it lost its lease) never run the same clusters. The one that waits says who holds
+// the lock in its Clusters' BackendStarting message.
+//
+// # Capacity
+//
+// A Cluster refused for capacity (CapacityExhausted) is remembered, and notified when a cluster
+// is deleted: it starts then without anybody touching it.
 package local

@@ -37,7 +37,7 @@ const (
 
 const foreignFinalizer = "example.com/keep"
 
-func newProviderConfig(t *testing.T, versions ...string) *providersv1alpha1.ProviderConfig {
+func newProviderConfig(t testing.TB, versions ...string) *providersv1alpha1.ProviderConfig {
 	t.Helper()
 	pc := &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "pc-"},
@@ -88,7 +88,7 @@ func isReady(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 	hasCondition(c, cl, cluster.ConditionAPIServerReady, metav1.ConditionTrue, backend.ReasonRunning)
 }
 
-func gone(t *testing.T, obj client.Object) {
+func gone(t testing.TB, obj client.Object) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj))
