@@ -12,15 +12,11 @@ package local
 // plus a Tuning, and notifications fanned out per Cluster so that many goroutines can wait.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,18 +174,6 @@ func (h *benchHarness) deleteAll(ctx context.Context, cls []*clustersv1alpha1.Cl
 	return errors.Join(errs...)
 }
 
-// quantile is the q-quantile of sorted values, interpolated linearly between the closest ranks
-// (numpy's default), so that p95 of ten samples is not simply the maximum.
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	pos := q * float64(len(sorted)-1)
-	lo := int(math.Floor(pos))
-	hi := int(math.Ceil(pos))
-	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
-}
-
 // reportLatencies reports p50-s, p95-s and max-s of ds (complete clusters), and api-p50-s of
 // apis (their API servers alone).
 func reportLatencies(b *testing.B, ds, apis []time.Duration) {
@@ -202,10 +186,10 @@ func reportLatencies(b *testing.B, ds, apis []time.Duration) {
 		return s
 	}
 	s := seconds(ds)
-	b.ReportMetric(quantile(s, 0.50), "p50-s")
-	b.ReportMetric(quantile(s, 0.95), "p95-s")
+	b.ReportMetric(testenv.Quantile(s, 0.50), "p50-s")
+	b.ReportMetric(testenv.Quantile(s, 0.95), "p95-s")
 	b.ReportMetric(s[len(s)-1], "max-s")
-	b.ReportMetric(quantile(seconds(apis), 0.50), "api-p50-s")
+	b.ReportMetric(testenv.Quantile(seconds(apis), 0.50), "api-p50-s")
 }
 
 // BenchmarkCreateReady measures how long a new cluster takes from its first Ensure until it is
@@ -351,7 +335,7 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 		out := make([]float64, len(cls))
 		for i, cl := range cls {
 			for _, pid := range h.b.PIDs(cl.UID) {
-				t, err := cpuTicks(pid)
+				t, err := testenv.CPUSeconds(pid)
 				require.NoError(b, err)
 				out[i] += t
 			}
@@ -362,7 +346,7 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 	time.Sleep(cpuWindow) // a measurement window, not a wait for something
 	after, window := ticks(), time.Since(t0)
 	for i := range cls {
-		*cpuPct = append(*cpuPct, 100*(after[i]-before[i])/clockTicks/window.Seconds())
+		*cpuPct = append(*cpuPct, 100*(after[i]-before[i])/window.Seconds())
 	}
 
 	for _, cl := range cls {
@@ -381,7 +365,7 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 			require.NoError(b, err, "%s of %s", name, cl.Name)
 			pss += float64(p) / 1024
 			for _, field := range []string{"Private_Clean:", "Private_Dirty:"} {
-				kib, err := procKiB(pid, "smaps_rollup", field)
+				kib, err := testenv.ProcKiB(pid, "smaps_rollup", field)
 				require.NoError(b, err, "%s of %s", name, cl.Name)
 				private += float64(kib) / 1024
 			}
@@ -394,55 +378,13 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 // cpuWindow is how long BenchmarkIdleRSS counts the idle clusters' CPU time.
 const cpuWindow = 5 * time.Second
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
-const clockTicks = 100
-
-// cpuTicks reads utime+stime of pid from /proc/<pid>/stat, in clock ticks.
-func cpuTicks(pid int) (float64, error) {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces; fields after its closing parenthesis are fixed.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
-	u, err1 := strconv.ParseFloat(f[11], 64)
-	s, err2 := strconv.ParseFloat(f[12], 64)
-	return u + s, errors.Join(err1, err2)
-}
-
 // vmRSSKiB reads VmRSS (in KiB) from /proc/<pid>/status.
-func vmRSSKiB(pid int) (int64, error) { return procKiB(pid, "status", "VmRSS:") }
+func vmRSSKiB(pid int) (int64, error) { return testenv.ProcKiB(pid, "status", "VmRSS:") }
 
 // pssKiB reads the proportional set size (in KiB) from /proc/<pid>/smaps_rollup: resident memory
 // with every page shared by N processes counted 1/N. The clusters' processes share their
 // binaries' code pages, which RSS counts in full for each.
-func pssKiB(pid int) (int64, error) { return procKiB(pid, "smaps_rollup", "Pss:") }
-
-// procKiB reads the "<field> N kB" line of /proc/<pid>/<file>.
-func procKiB(pid int, file, field string) (int64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + file)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), field)
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(rest) // "123456 kB"
-		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("pid %d: unexpected %s line %q", pid, field, sc.Text())
-		}
-		return strconv.ParseInt(fields[0], 10, 64)
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/%s", pid, field, pid, file)
-}
+func pssKiB(pid int) (int64, error) { return testenv.ProcKiB(pid, "smaps_rollup", "Pss:") }
 
 func mean(xs []float64) float64 {
 	var sum float64

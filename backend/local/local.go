@@ -73,7 +73,7 @@ type Backend struct {
 	deleting  map[types.UID]bool
 	// waiting are the Clusters refused for capacity; they are notified when a cluster is deleted.
 	waiting map[types.UID]backend.Ref
-	ports     portAllocator
+	ports   portAllocator
 }
 
 var (

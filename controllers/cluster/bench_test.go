@@ -9,7 +9,6 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -57,28 +56,28 @@ func BenchmarkManyClusters(b *testing.B) {
 	b.Run("all-fit", func(b *testing.B) {
 		for range b.N {
 			op := operator.Start(b, env, operator.Options{ProviderName: testProvider, Environment: testEnvironment, StateDir: b.TempDir(), MaxClusters: n})
-			cpu0, err := selfCPUSeconds()
+			cpu0, err := testenv.CPUSeconds(os.Getpid())
 			require.NoError(b, err)
 			t0 := time.Now()
 			cls, created := createClusters(b, n)
 			ready := awaitPhases(b, cls, created, n, 0)
 			wall := time.Since(t0)
-			cpu1, err := selfCPUSeconds()
+			cpu1, err := testenv.CPUSeconds(os.Getpid())
 			require.NoError(b, err)
 			var lat []float64
 			for _, d := range ready {
 				lat = append(lat, d.Seconds())
 			}
 			slices.Sort(lat)
-			b.ReportMetric(quantile(lat, 0.5), "p50-s")
-			b.ReportMetric(quantile(lat, 0.95), "p95-s")
+			b.ReportMetric(testenv.Quantile(lat, 0.5), "p50-s")
+			b.ReportMetric(testenv.Quantile(lat, 0.95), "p95-s")
 			b.ReportMetric(lat[len(lat)-1], "max-s")
 			var rss, pss float64
 			for _, cl := range cls {
 				for _, pid := range op.Local.PIDs(cl.UID) {
-					r, err := procKiB(pid, "status", "VmRSS:")
+					r, err := testenv.ProcKiB(pid, "status", "VmRSS:")
 					require.NoError(b, err)
-					p, err := procKiB(pid, "smaps_rollup", "Pss:")
+					p, err := testenv.ProcKiB(pid, "smaps_rollup", "Pss:")
 					require.NoError(b, err)
 					rss, pss = rss+float64(r), pss+float64(p)
 				}
@@ -87,7 +86,7 @@ func BenchmarkManyClusters(b *testing.B) {
 			b.ReportMetric(pss/(1<<20), "clusters-pss-GiB")
 			b.ReportMetric(cpu1-cpu0, "operator-cpu-s")
 			b.ReportMetric((cpu1-cpu0)/wall.Seconds(), "operator-cores")
-			hwm, err := procKiB(os.Getpid(), "status", "VmHWM:")
+			hwm, err := testenv.ProcKiB(os.Getpid(), "status", "VmHWM:")
 			require.NoError(b, err)
 			b.ReportMetric(float64(hwm)/1024, "operator-peak-rss-MiB")
 			deleteClusters(b, cls)
@@ -185,40 +184,4 @@ func deleteClusters(b *testing.B, cls []*clustersv1alpha1.Cluster) {
 	for _, cl := range cls {
 		gone(b, cl)
 	}
-}
-
-// quantile is the q-quantile of sorted values, interpolated between the closest ranks.
-func quantile(sorted []float64, q float64) float64 {
-	pos := q * float64(len(sorted)-1)
-	lo, hi := int(math.Floor(pos)), int(math.Ceil(pos))
-	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
-}
-
-// procKiB reads the kB value of field (e.g. "VmRSS:") from /proc/<pid>/<file>.
-func procKiB(pid int, file, field string) (int64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			return strconv.ParseInt(f[1], 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/%s has no %s", pid, file, field)
-}
-
-// selfCPUSeconds is this process's user and system CPU time, from /proc/self/stat.
-func selfCPUSeconds() (float64, error) {
-	data, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, err := strconv.ParseFloat(f[11], 64)
-	if err != nil {
-		return 0, err
-	}
-	stime, err := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100, err // USER_HZ
 }

@@ -1,0 +1,67 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Readings of /proc for the benchmarks that measure processes (local clusters, the operator).
+
+// ProcKiB reads the "<field> N kB" line of /proc/<pid>/<file>, e.g. ("status", "VmRSS:") or
+// ("smaps_rollup", "Pss:").
+func ProcKiB(pid int, file, field string) (int64, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field)
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest) // "123456 kB"
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, fmt.Errorf("pid %d: unexpected %s line %q", pid, field, sc.Text())
+		}
+		return strconv.ParseInt(fields[0], 10, 64)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/%s", pid, field, pid, file)
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
+const clockTicks = 100
+
+// CPUSeconds reads the user and system CPU time of pid from /proc/<pid>/stat.
+func CPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after its closing parenthesis are fixed.
+	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
+	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
+	u, err1 := strconv.ParseFloat(f[11], 64)
+	s, err2 := strconv.ParseFloat(f[12], 64)
+	return (u + s) / clockTicks, errors.Join(err1, err2)
+}
+
+// Quantile is the q-quantile of sorted values, interpolated linearly between the closest ranks
+// (numpy's default), so that p95 of ten samples is not simply the maximum.
+func Quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	pos := q * float64(len(sorted)-1)
+	lo, hi := int(math.Floor(pos)), int(math.Ceil(pos))
+	return sorted[lo] + (sorted[hi]-sorted[lo])*(pos-float64(lo))
+}
