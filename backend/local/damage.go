@@ -70,14 +70,19 @@ func (b *Backend) repairMeta(dir string, cl *clustersv1alpha1.Cluster, version s
 		}
 	}
 	path := filepath.Join(dir, metaFile)
-	aside := fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
-	kept := "kept as " + aside
-	if err := os.Rename(path, aside); err != nil {
-		kept = "it could not be kept aside: " + err.Error()
+	what, kept := "damaged", ""
+	if errors.Is(readErr, os.ErrNotExist) {
+		what = "missing"
+	} else {
+		aside := fmt.Sprintf("%s.damaged-%s", path, time.Now().UTC().Format("20060102T150405Z"))
+		kept = "; the damaged file is kept as " + aside
+		if err := os.Rename(path, aside); err != nil {
+			kept = "; the damaged file could not be kept aside: " + err.Error()
+		}
 	}
-	b.log.Error(readErr, "Rebuilt a damaged cluster record from the Cluster's status", "dir", dir, "kept", aside)
-	return m, fmt.Sprintf("The cluster's record %s was damaged (%v): it was rebuilt from the Cluster's status (API server port %d, Kubernetes %s), so the endpoint and kubeconfigs stay; the damaged file is %s.",
-		path, readErr, m.Ports.APIServer, m.Version, kept)
+	b.log.Error(readErr, "Rebuilt the cluster's record from the Cluster's status", "dir", dir, "was", what)
+	return m, fmt.Sprintf("The cluster's record %s was %s (%v): it was rebuilt from the Cluster's status (API server port %d, Kubernetes %s), so the endpoint and kubeconfigs stay%s.",
+		path, what, readErr, m.Ports.APIServer, m.Version, kept)
 }
 
 // etcdLost marks m as DataLost when the etcd data folder of dir is missing although cl ran here

@@ -62,7 +62,7 @@
 // A damaged folder (damage.go) loses nothing that could still be used. A CA or service-account
 // key that exists but does not load is never replaced: the cluster stays stopped with reason
 // StateDamaged, naming the file and what to do, and is tried again every Options.StateRetry. A
-// garbled record (cluster.json) is rebuilt from the Cluster's status (same ports and version) and
+// garbled or missing record (cluster.json) of a cluster that ran is rebuilt from the Cluster's status (same ports and version) and
 // the damaged file kept beside it (State.Repaired, a Warning Event). A missing etcd folder of a
 // cluster that ran is DataLost, as a missing cluster folder is. A full --state-dir is reason
 // StateDirFull, tried again every Options.StateRetry.

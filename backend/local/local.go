@@ -266,6 +266,10 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 			if lost, ps := folderLost(dir, cl); lost != nil {
 				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
 				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
+			} else if _, ran := localStatus(cl); ran {
+				// The folder is there but its record is not (removed by hand, or kept aside by a
+				// repair whose start then failed): rebuilt like a garbled one.
+				m, repaired = b.repairMeta(dir, cl, version, err)
 			}
 		case err != nil:
 			m, repaired = b.repairMeta(dir, cl, version, err)

@@ -26,7 +26,7 @@ import (
 // folder is tried again.
 const stateRetry = 2 * time.Second
 
-// TestBrokenState damages the folders of three of four local clusters while the operator is down,
+// TestBrokenState damages the folders of four of five local clusters while the operator is down,
 // as a bad disk or a careless hand would, and starts it again:
 //   - a truncated CA key: the cluster stays stopped, Provisioned=False reason StateDamaged names the
 //     file and what to do, a Warning Event says so, no file changes; once the key is restored the
@@ -34,17 +34,18 @@ const stateRetry = 2 * time.Second
 //   - a garbled record (cluster.json, its ports): rebuilt from the Cluster's status, so the
 //     cluster comes back on the same endpoint with its data; the damaged file is kept beside it and
 //     a Warning Event StateRepaired says so;
+//   - a record removed by hand: rebuilt the same way;
 //   - a missing etcd data folder: the cluster starts EMPTY and says so (DataLost), as when its
 //     whole folder is lost;
-//   - the fourth cluster comes back as it was.
+//   - the fifth cluster comes back as it was.
 func TestBrokenState(t *testing.T) {
 	stateDir := t.TempDir()
 	ns := env.Namespace(t)
 	pc := newProviderConfig(t)
 	profileName := profile.Name(testEnvironment, testProvider, pc.Name)
-	names := []string{"intact", "badca", "badmeta", "noetcd"}
+	names := []string{"intact", "badca", "badmeta", "nometa", "noetcd"}
 	cls := map[string]*clustersv1alpha1.Cluster{}
-	t.Run("four clusters run", func(t *testing.T) {
+	t.Run("five clusters run", func(t *testing.T) {
 		op := startOperator(t, stateDir, 10) // stops when the subtest ends
 		for _, name := range names {
 			newCluster(t, ns, name, profileName, "")
@@ -52,7 +53,7 @@ func TestBrokenState(t *testing.T) {
 		for _, name := range names {
 			cls[name] = waitCluster(t, client.ObjectKey{Namespace: ns, Name: name}, name+" is Ready", isReady)
 		}
-		for _, name := range []string{"intact", "badmeta"} {
+		for _, name := range []string{"intact", "badmeta", "nometa"} {
 			_, err := adminClient(t, op, cls[name]).CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{
 				ObjectMeta: metav1.ObjectMeta{Name: "mine"}, Data: map[string]string{"k": name},
 			}, metav1.CreateOptions{})
@@ -67,13 +68,14 @@ func TestBrokenState(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(caKey, goodKey[:len(goodKey)/2], 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir("badmeta"), "cluster.json"), []byte(`{"uid": "x", "ports": {"apiServer": "oops`), 0o600))
+	require.NoError(t, os.Remove(filepath.Join(dir("nometa"), "cluster.json")))
 	require.NoError(t, os.RemoveAll(filepath.Join(dir("noetcd"), "etcd")))
 	badCAFiles := folderListing(t, dir("badca"))
 
 	op := operator.Start(t, env, operator.Options{ProviderName: testProvider, Environment: testEnvironment, StateDir: stateDir, MaxClusters: 10, StateRetry: stateRetry})
 
 	t.Run("untouched clusters come back as they were", func(t *testing.T) {
-		for _, name := range []string{"intact", "badmeta"} {
+		for _, name := range []string{"intact", "badmeta", "nometa"} {
 			got := waitCluster(t, client.ObjectKeyFromObject(cls[name]), name+" is Ready", isReady)
 			assert.Equal(t, cls[name].Status.APIServer, got.Status.APIServer, "%s keeps its endpoint", name)
 			assert.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -95,6 +97,9 @@ func TestBrokenState(t *testing.T) {
 		data, err := os.ReadFile(kept[0])
 		require.NoError(t, err)
 		assert.Contains(t, string(data), "oops")
+
+		e = env.AwaitEvent(t, cls["nometa"], cluster.ReasonStateRepaired)
+		assert.Contains(t, e.Note, filepath.Join(dir("nometa"), "cluster.json")+" was missing")
 	})
 
 	t.Run("a missing etcd folder is reported as lost data", func(t *testing.T) {
