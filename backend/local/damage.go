@@ -21,7 +21,7 @@ import (
 // missing etcd data folder is reported as DataLost, like a missing cluster folder.
 
 // damaged returns the StateDamaged error for files of the pki folder dir that do not load (err):
-// why says what depends on them, alternative what to do without a backup.
+// why, a sentence, says what depends on them; alternative what to do without a backup.
 func damaged(dir string, files []string, err error, why, alternative string) error {
 	paths := make([]string, len(files))
 	for i, f := range files {
@@ -29,14 +29,7 @@ func damaged(dir string, files []string, err error, why, alternative string) err
 	}
 	return &backend.Error{Reason: backend.ReasonStateDamaged, Err: fmt.Errorf(
 		"%s: damaged (%v). %s, so the operator does not replace it and the cluster stays stopped: restore it from a backup of --state-dir, %s; the cluster starts by itself once it loads",
-		strings.Join(paths, " and "), err, upperFirst(why), alternative)}
-}
-
-func upperFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
+		strings.Join(paths, " and "), err, why, alternative)}
 }
 
 // stateError gives the errors of preparing a cluster's folder their reason: a full --state-dir

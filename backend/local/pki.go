@@ -125,7 +125,7 @@ func (p *pki) loadOrCreateCA() error {
 	ca, key, err := loadCA(certPEM, certErr, p.path(caKeyFile))
 	if err != nil {
 		return damaged(p.dir, []string{caCertFile, caKeyFile}, err,
-			"every certificate of the cluster and every kubeconfig granted for it depend on this CA",
+			"Every certificate of the cluster and every kubeconfig granted for it depend on this CA",
 			"or remove both files to make a new CA: the cluster keeps its data, kubeconfigs granted before stop working and the AccessRequests are granted again")
 	}
 	p.caCert, p.caKey, p.CAPEM = ca, key, certPEM
@@ -218,7 +218,7 @@ func (p *pki) ensureSAKeys() error {
 	}
 	if keyErr != nil {
 		return damaged(p.dir, []string{saKeyFile}, keyErr,
-			"every service-account token of the cluster, those of token AccessRequests among them, was signed with this key",
+			"Every service-account token of the cluster, those of token AccessRequests among them, was signed with this key",
 			"or remove "+saKeyFile+" and "+saPubFile+" to make a new key pair: the cluster keeps its data, tokens issued before stop working")
 	}
 	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())

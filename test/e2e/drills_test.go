@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +22,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // The drills of issue 18 that need the whole binary: the platform's API server goes away, the
@@ -150,7 +149,9 @@ func TestLeaderHandoff(t *testing.T) {
 	require.NoError(t, err)
 	kubeconfigFile := waitKubeconfig(t, clusterAccessRequest(t, cl))
 	clusterDir := filepath.Join(stateDir, string(cl.UID))
-	for _, pid := range clusterPIDs(t, clusterDir) {
+	leaderPIDs := clusterPIDs(t, clusterDir)
+	require.Len(t, leaderPIDs, 3)
+	for _, pid := range leaderPIDs {
 		require.Equal(t, leader.cmd.Process.Pid, parentPID(t, pid), "the leader runs the cluster")
 	}
 
@@ -165,7 +166,7 @@ func TestLeaderHandoff(t *testing.T) {
 		return h != "" && h != first
 	}, leaseDuration+5*retryPeriod, poll, "the standby takes the lease within the lease duration")
 	lease := &coordinationv1.Lease{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: provider + ".cluster-provider.openmcp.cloud"}, lease))
+	require.NoError(t, env.Client.Get(ctx, leaseKey(provider), lease))
 	takeover := lease.Spec.AcquireTime.Sub(killed)
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -232,26 +233,29 @@ func waitGone(t *testing.T, cls ...*clustersv1alpha1.Cluster) {
 	}
 }
 
+// leaseKey names provider's leader election lease in the namespace the tests elect in.
+func leaseKey(provider string) client.ObjectKey {
+	return client.ObjectKey{Namespace: "default", Name: provider + ".cluster-provider.openmcp.cloud"}
+}
+
 // leaseHolder is the holder of provider's leader election lease, empty if none.
 func leaseHolder(t *testing.T, provider string) string {
 	t.Helper()
 	lease := &coordinationv1.Lease{}
-	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: "default", Name: provider + ".cluster-provider.openmcp.cloud"}, lease)
+	err := env.Client.Get(t.Context(), leaseKey(provider), lease)
 	if client.IgnoreNotFound(err) != nil {
 		t.Fatalf("reading the lease: %v", err)
 	}
 	return ptr.Deref(lease.Spec.HolderIdentity, "")
 }
 
-// parentPID is the parent of process pid, from /proc/<pid>/stat; 0 if it has ended.
+// parentPID is the parent of process pid (field 4 of /proc/<pid>/stat); 0 if it has ended.
 func parentPID(t *testing.T, pid int) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	fields, err := testenv.ProcStat(pid)
 	if err != nil {
 		return 0
 	}
-	// pid (comm) state ppid ...; comm may hold spaces, so split after its closing parenthesis.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
 	ppid, err := strconv.Atoi(fields[1])
 	require.NoError(t, err)
 	return ppid

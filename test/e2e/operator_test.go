@@ -16,14 +16,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -105,9 +103,7 @@ func TestOperator(t *testing.T) {
 	require.NoError(t, op.err, "cluster-provider exits 0 on SIGTERM")
 	assert.Contains(t, op.output.String(), "The operator stopped")
 	assert.NotContains(t, op.output.String(), "forbidden", "the generated ClusterRole lacks a permission")
-	lease := &coordinationv1.Lease{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: "e2e.cluster-provider.openmcp.cloud"}, lease))
-	assert.Empty(t, ptr.Deref(lease.Spec.HolderIdentity, ""), "the leader election lease is released on SIGTERM")
+	assert.Empty(t, leaseHolder(t, "e2e"), "the leader election lease is released on SIGTERM")
 }
 
 // process is a started cluster-provider.

@@ -41,15 +41,22 @@ func ProcKiB(pid int, file, field string) (int64, error) {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
 const clockTicks = 100
 
-// CPUSeconds reads the user and system CPU time of pid from /proc/<pid>/stat.
-func CPUSeconds(pid int) (float64, error) {
+// ProcStat returns the fields of /proc/<pid>/stat from the third (state) on: the command name
+// before them may hold spaces. Field N of proc(5) is element N-3.
+func ProcStat(pid int) ([]string, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:])), nil
+}
+
+// CPUSeconds reads the user and system CPU time of pid (fields 14 and 15) from /proc/<pid>/stat.
+func CPUSeconds(pid int) (float64, error) {
+	f, err := ProcStat(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces; fields after its closing parenthesis are fixed.
-	rest := string(data[strings.LastIndexByte(string(data), ')')+2:])
-	f := strings.Fields(rest) // f[0] is field 3 (state): utime is field 14, stime 15
 	u, err1 := strconv.ParseFloat(f[11], 64)
 	s, err2 := strconv.ParseFloat(f[12], 64)
 	return (u + s) / clockTicks, errors.Join(err1, err2)
