@@ -11,7 +11,13 @@
 #      a PersistentVolume on the node made here (an offline node has no volume provisioner);
 #   3. TestScenarioOnKind against the deployed operator (ProviderConfig → profile, Cluster →
 #      Ready, token AccessRequest → working kubeconfig, deletion);
-#   4. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
+#   4. the operator deployed a second way, exactly as openMCP's operator deploys a ClusterProvider
+#      (deploy/openmcp/clusterprovider.yaml shaped by hack/openmcpshape as openMCP's code shapes it:
+#      ServiceAccounts bound to cluster-admin, init Job cp-local-init with args only, then the
+#      Deployment cp-local with no securityContext, no probes, RollingUpdate), and
+#      TestScenarioOnKind again through it, then a rollout of it; our labeller is switched on in
+#      its runCommand, since openMCP's operator, which would run its own, does not run here;
+#   5. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
 set -euo pipefail
@@ -38,7 +44,7 @@ cleanup() {
   fi
   if [ "${failed:-1}" = 1 ]; then
     say "failed: the operator's log follows"
-    kc -n "$ns" logs deploy/cluster-provider --tail=60 2>&1 || true
+    kc -n "$ns" logs deploy/cluster-provider --tail=60 2>&1 || kc -n openmcp-system logs deploy/cp-local --tail=60 2>&1 || true
   fi
   say "Deleting kind cluster $KIND_CLUSTER"
   "$bin/kindcluster" delete --name "$KIND_CLUSTER" --kubeconfig "$kubeconfig" || true
@@ -88,6 +94,64 @@ provider=$(sed -n 's/^PROVIDER_NAME=//p' deploy/default/config.env)
 environment=$(sed -n 's/^ENVIRONMENT=//p' deploy/default/config.env)
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
+
+say "The operator as openMCP deploys it: deploy/openmcp through hack/openmcpshape"
+kc -n "$ns" delete deploy/cluster-provider --wait=true
+kc -n "$ns" wait --for=delete pod -l app.kubernetes.io/component=operator --timeout=2m
+omns=openmcp-system
+kc create namespace "$omns"
+docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-openmcp && chown 65532:65532 /var/lib/cluster-provider-openmcp'
+omsize=$(sed -n 's/^ *storage: *//p' deploy/openmcp/state.yaml)
+kc apply -f - <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: cluster-provider-e2e-openmcp-state
+spec:
+  capacity: {storage: $omsize}
+  accessModes: [ReadWriteOnce]
+  storageClassName: standard
+  persistentVolumeReclaimPolicy: Retain
+  local: {path: /var/lib/cluster-provider-openmcp}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]
+  claimRef: {namespace: $omns, name: cluster-provider-state}
+EOF
+kc apply -f deploy/openmcp/state.yaml
+shape() {
+  go run ./hack/openmcpshape --namespace "$omns" --environment "$environment" --image "$IMAGE" \
+    --run-command-extra=--controllers=accessrequest,providerconfig "$@" <deploy/openmcp/clusterprovider.yaml
+}
+shape --part init | kc apply -f -
+if ! kc -n "$omns" wait --for=condition=complete job/cp-local-init --timeout=3m; then
+  kc -n "$omns" logs job/cp-local-init || true
+  exit 1
+fi
+kc -n "$omns" logs job/cp-local-init
+shape --part run | kc apply -f -
+kc -n "$omns" rollout status deploy/cp-local --timeout=5m
+E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
+  E2E_OPERATOR_NAMESPACE="$omns" E2E_OPERATOR_DEPLOYMENT=cp-local \
+  go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
+say "A rollout of cp-local (RollingUpdate: the new pod starts before the old one stops)"
+selector=app.kubernetes.io/instance=local,app.kubernetes.io/component=controller
+old=$(kc -n "$omns" get pods -l "$selector" -o jsonpath='{.items[*].metadata.name}')
+kc -n "$omns" rollout restart deploy/cp-local
+kc -n "$omns" rollout status deploy/cp-local --timeout=5m
+kc -n "$omns" wait --for=delete "pod/$old" --timeout=2m
+# The new pod takes the lease the old one released on SIGTERM (within the retry period, 26 s).
+pod=$(kc -n "$omns" get pods -l "$selector" -o jsonpath='{.items[*].metadata.name}')
+[ "$(wc -w <<<"$pod")" = 1 ] || { echo "want one cp-local pod after the rollout, have: $pod" >&2; exit 1; }
+for i in $(seq 60); do
+  holder=$(kc -n "$omns" get lease local.cluster-provider.openmcp.cloud -o jsonpath='{.spec.holderIdentity}')
+  [ "$holder" = "$pod" ] && break
+  [ "$i" = 60 ] && { echo "the lease is held by '$holder', not the new pod $pod, 60 s after the rollout" >&2; exit 1; }
+  sleep 1
+done
+say "After the rollout, $pod leads ($((i)) s after the rollout finished)"
+kc -n "$omns" delete deploy/cp-local --wait=true
 
 say "The kind backend for real: Clusters as kind clusters from $KIND_NODE_IMAGE"
 KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m

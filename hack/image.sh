@@ -18,6 +18,8 @@ for f in kube-apiserver kube-controller-manager etcd; do
   cp "$assets/$f" "$root/opt/cluster-provider/k8s/"
 done
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
+mkdir -p "$ctx/state/var/lib/cluster-provider"
+tar --owner=65532 --group=65532 --numeric-owner --mode=0700 -cf "$ctx/state.tar" -C "$ctx/state" var/lib/cluster-provider
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
 old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)

@@ -23,6 +23,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/manager"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 const wait = 30 * time.Second
@@ -329,6 +330,7 @@ func TestAccessRequests(t *testing.T) {
 			},
 		}
 		require.NoError(t, env.Client.Create(ctx, ar))
+		testenv.HandOver(t, env.Client, ar)
 		return ar
 	}
 	foreign := newAR("foreign", "someone-else")

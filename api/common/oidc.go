@@ -15,22 +15,27 @@ const (
 // OIDCProviderConfig describes a trust relationship with an OIDC identity provider and the
 // bindings granted to the identities it issues. Call Default before reading it.
 type OIDCProviderConfig struct {
-	// Name identifies this provider configuration; it must be a DNS subdomain.
+	// Name identifies this provider configuration; it must be a DNS subdomain other than
+	// "system" (reserved, as in openMCP).
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')",message="name must be a DNS subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule=`self != "system"`,message="'system' is a reserved string and may not be used as OIDC provider name"
 	Name string `json:"name"`
 
-	// Issuer is the URL of the OIDC issuer.
-	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() in ['http', 'https'] && size(url(self).getHostname()) > 0",message="issuer must be an http or https URL, e.g. https://oidc.example.com"
+	// Issuer is the URL of the OIDC issuer. The schema asks for what openMCP's does (an http or
+	// https URL); the provider denies a request whose issuer is not an https URL.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:Pattern=`^https?://[^\s/$.?#].[^\s]*$`
 	Issuer string `json:"issuer"`
 
 	// ClientID is the OIDC client ID (the token audience).
-	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="size(self) > 0",message="clientID must not be empty"
+	// +kubebuilder:validation:MinLength=1
 	ClientID string `json:"clientID"`
 
-	// UsernameClaim is the token claim holding the user name. Defaults to "sub".
+	// UsernameClaim is the token claim holding the user name. Defaults to "sub" (the API server
+	// fills it in when it is left out; Default does the same in Go).
+	// +kubebuilder:default="sub"
 	// +optional
 	UsernameClaim string `json:"usernameClaim,omitempty"`
 
@@ -38,7 +43,9 @@ type OIDCProviderConfig struct {
 	// +optional
 	UsernamePrefix string `json:"usernamePrefix,omitempty"`
 
-	// GroupsClaim is the token claim holding the groups. Defaults to "groups".
+	// GroupsClaim is the token claim holding the groups. Defaults to "groups" (the API server
+	// fills it in when it is left out; Default does the same in Go).
+	// +kubebuilder:default="groups"
 	// +optional
 	GroupsClaim string `json:"groupsClaim,omitempty"`
 
@@ -50,9 +57,11 @@ type OIDCProviderConfig struct {
 	// +optional
 	ExtraScopes []string `json:"extraScopes,omitempty"`
 
-	// RoleBindings to create for identities of this provider.
-	// +optional
-	RoleBindings []RoleBindings `json:"roleBindings,omitempty"`
+	// RoleBindings to create for identities of this provider. Required, as in openMCP; it may
+	// be empty. A nil list would be written as null, which the API server does not accept for a
+	// required list: the API type embedding this one writes [] instead (see
+	// clusters/v1alpha1.OIDCConfig.MarshalJSON).
+	RoleBindings []RoleBindings `json:"roleBindings"`
 }
 
 // RoleBindings binds each subject to each referenced (Cluster)Role.

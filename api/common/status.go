@@ -3,17 +3,18 @@ package common
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // Status is the common status that every status of this API embeds inline
-// (see controller-guidelines.md, "Status Reporting").
+// (see controller-guidelines.md, "Status Reporting"). Like openMCP's, it has observedGeneration
+// and phase as required fields, so every status write must carry both: a controller sets them in
+// the same write as its first condition.
 type Status struct {
 	// ObservedGeneration is the metadata.generation the controller saw when it last wrote
-	// this status.
-	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// this status. Required, as in openMCP's status: it is always written, 0 included.
+	ObservedGeneration int64 `json:"observedGeneration"`
 
 	// Phase aggregates the state into one word: Ready, Progressing or Terminating for most
-	// kinds; Pending, Granted or Denied for requests.
-	// +optional
-	Phase string `json:"phase,omitempty"`
+	// kinds; Pending, Granted or Denied for requests. Required, as in openMCP's status: it is
+	// always written, "" included.
+	Phase string `json:"phase"`
 
 	// Conditions describe the latest observations. Each type appears at most once.
 	// +optional

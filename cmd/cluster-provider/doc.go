@@ -1,6 +1,6 @@
 // Command cluster-provider is the operator binary. It has two subcommands:
 //
-//	cluster-provider init   server-side applies the embedded CRDs and waits until they are Established
+//	cluster-provider init   installs the embedded CRDs (openMCP's only where absent) and waits until they are Established
 //	cluster-provider run    runs the operator: the controller engine, the ProviderConfig controller
 //	                        and the central AccessRequest labeller
 //

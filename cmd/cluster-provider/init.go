@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
 )
@@ -24,13 +28,24 @@ const fieldManager = "cluster-provider"
 // establishedPoll is how often init checks whether the CRDs are Established.
 const establishedPoll = 200 * time.Millisecond
 
-// initCluster server-side applies the embedded CRDs (forcing ownership, so that re-running it
-// takes back fields someone else changed) and waits until each is Established. Running it again
-// changes nothing.
+// ownGroup is the API group of this project's own CRDs (ProviderConfig). The other embedded CRDs
+// are copies of openMCP's clusters.openmcp.cloud CRDs, which openMCP's operator installs.
+var ownGroup = providersv1alpha1.GroupVersion.Group
+
+// initCluster installs the embedded CRDs and waits until each is Established. Our own CRDs are
+// server-side applied, forcing ownership, so re-running it takes back fields someone else changed.
+// openMCP's four are created only where they are absent (standalone use): a CRD that exists
+// belongs to openMCP's operator, or to whoever installed it, and is never changed, unless every
+// field of it was written by this command (an install of ours, which it upgrades). Each CRD's line
+// on stdout says which of these happened; --verbosity ERROR prints none. Running it again changes
+// nothing.
 func initCluster(ctx context.Context, o *initOptions, stdout io.Writer) error {
 	objs, err := crds.CRDs()
 	if err != nil {
 		return fmt.Errorf("reading the embedded CRDs: %w", err)
+	}
+	if level, _ := verbosityLevel(o.Verbosity); level > zapcore.InfoLevel {
+		stdout = io.Discard
 	}
 	cfg, err := restConfig(o.Kubeconfig)
 	if err != nil {
@@ -40,11 +55,15 @@ func initCluster(ctx context.Context, o *initOptions, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the API server: %w", err)
 	}
+	if o.ProviderName != "" {
+		fmt.Fprintf(stdout, "Installing the CRDs of ClusterProvider %s (environment %s)\n", o.ProviderName, o.Environment)
+	}
 	for _, crd := range objs {
-		if err := applyCRD(ctx, c, crd); err != nil {
+		what, err := installCRD(ctx, c, crd)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s serverside-applied\n", crd.Name)
+		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s %s\n", crd.Name, what)
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -55,6 +74,50 @@ func initCluster(ctx context.Context, o *initOptions, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s established\n", crd.Name)
 	}
 	return nil
+}
+
+// installCRD installs crd as initCluster says and returns what it did, in words for the output.
+func installCRD(ctx context.Context, c client.Client, crd *apiextensionsv1.CustomResourceDefinition) (string, error) {
+	if crd.Spec.Group == ownGroup {
+		return "serverside-applied", applyCRD(ctx, c, crd)
+	}
+	existing := &apiextensionsv1.CustomResourceDefinition{}
+	err := c.Get(ctx, client.ObjectKeyFromObject(crd), existing)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := applyCRD(ctx, c, crd); err != nil {
+			return "", err
+		}
+		return "created (absent: this copy of openMCP's CRD serves until openMCP's operator installs its own)", nil
+	case err != nil:
+		return "", fmt.Errorf("reading CustomResourceDefinition %s: %w", crd.Name, err)
+	case writtenOnlyBy(existing, fieldManager):
+		return "serverside-applied (installed by an earlier cluster-provider init, and changed by nobody else)", applyCRD(ctx, c, crd)
+	default:
+		return fmt.Sprintf("exists, left unchanged (owned by %s)", strings.Join(managers(existing), ", ")), nil
+	}
+}
+
+// writtenOnlyBy reports whether manager wrote every field of obj outside its status (which the API
+// server writes).
+func writtenOnlyBy(obj client.Object, manager string) bool {
+	m := managers(obj)
+	return len(m) == 1 && m[0] == manager
+}
+
+// managers are the field managers of obj outside its status, sorted, each once.
+func managers(obj client.Object) []string {
+	var out []string
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Subresource == "" && !slices.Contains(out, mf.Manager) {
+			out = append(out, mf.Manager)
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return []string{"no recorded field manager"}
+	}
+	return out
 }
 
 // applyCRD server-side applies crd as field manager "cluster-provider".

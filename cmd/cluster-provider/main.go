@@ -26,7 +26,7 @@ const (
 const usage = `Usage: cluster-provider <command> [flags]
 
 Commands:
-  init   server-side apply the CRDs and wait until they are Established
+  init   install the CRDs (openMCP's only where absent) and wait until they are Established
   run    run the operator (--provider-name is required)
 
 Run 'cluster-provider <command> -h' for the flags of a command.
@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func initCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseInitOptions(args)
 	if code, done := usageResult(err, stdout, stderr, "init", func(w io.Writer) {
-		printFlags(w, newInitFlags(&initOptions{}), "Server-side applies the CRDs embedded in this binary and waits until they are Established.")
+		printFlags(w, newInitFlags(&initOptions{}), "Installs the CRDs embedded in this binary (its own ProviderConfig CRD server-side applied; openMCP's four only where absent, never changed) and waits until they are Established.")
 	}); done {
 		return code
 	}

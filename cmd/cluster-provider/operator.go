@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -64,6 +65,22 @@ func restConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
+// metricsOptions serves the metrics as --metrics-bind-address and --metrics-secure say: with
+// --metrics-secure over HTTPS (a self-signed certificate made at start), and only to clients the
+// platform's API server authenticates (TokenReview) and authorizes for GET /metrics
+// (SubjectAccessReview), as openMCP's own operator serves them.
+func metricsOptions(o *runOptions) metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.MetricsSecure}
+	if o.MetricsSecure {
+		opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return opts
+}
+
+// The metrics filter of --metrics-secure:
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
 // Leader election (its recorder writes core/v1 Events) and `init`:
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
@@ -97,7 +114,7 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 		LeaseDuration:                       &o.LeaseDuration,
 		RenewDeadline:                       &o.RenewDeadline,
 		RetryPeriod:                         &o.RetryPeriod,
-		Metrics:                             metricsserver.Options{BindAddress: o.MetricsBindAddress},
+		Metrics:                             metricsOptions(o),
 		HealthProbeBindAddress:              o.HealthProbeBindAddress,
 		Cache:                               profile.CacheOptions(),
 	})

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -35,11 +36,7 @@ var defaultControllers = []string{controllerAccessRequest, controllerProviderCon
 
 // runOptions are the flags of `cluster-provider run`.
 type runOptions struct {
-	// ProviderName is --provider-name: this operator's name in ClusterProfiles, labels and the
-	// leader election lease. Required; a DNS label.
-	ProviderName string
-	// Environment is --environment, the first part of ClusterProfile names. Default "default".
-	Environment string
+	contract
 	// Controllers is --controllers as given; Enabled holds it parsed by validate.
 	Controllers string
 	// Enabled are the controllers to run, filled by validate.
@@ -58,6 +55,9 @@ type runOptions struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// MetricsBindAddress is --metrics-bind-address; "0" disables the metrics endpoint.
 	MetricsBindAddress string
+	// MetricsSecure is --metrics-secure: serve metrics over HTTPS, for authenticated and
+	// authorized clients only. Default false (plain HTTP).
+	MetricsSecure bool
 	// HealthProbeBindAddress is --health-probe-bind-address (/healthz, /readyz); "0" disables it.
 	HealthProbeBindAddress string
 	// LocalBinaries is --local-binaries: comma-separated folders, each with a kube-apiserver and
@@ -90,13 +90,61 @@ type runOptions struct {
 	Zap zap.Options
 }
 
+// contract holds the flags openMCP's operator passes to both commands of a ClusterProvider image
+// (its provider deployment contract: --environment, --verbosity, --provider-name).
+type contract struct {
+	// ProviderName is --provider-name: this operator's name in ClusterProfiles, labels and the
+	// leader election lease. Required by run; a DNS label.
+	ProviderName string
+	// Environment is --environment, the first part of ClusterProfile names. Default "default".
+	Environment string
+	// Verbosity is --verbosity: DEBUG, INFO or ERROR in any case; empty means INFO.
+	Verbosity string
+}
+
+// bind binds the contract's flags to fs.
+func (c *contract) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.ProviderName, "provider-name", "",
+		"This operator's name (a DNS label; run requires it): ClusterProfiles name it as their provider, AccessRequests are labelled with it.")
+	fs.StringVar(&c.Environment, "environment", "default",
+		"The environment (a DNS label); ClusterProfiles are named <environment>.<provider-name>.<providerconfig>.")
+	fs.StringVar(&c.Verbosity, "verbosity", "INFO",
+		"Log level: DEBUG, INFO or ERROR (any case; empty is INFO). An explicit --zap-log-level wins over it.")
+}
+
+// validate checks the contract's flags; requireName says whether --provider-name must be set.
+func (c *contract) validate(requireName bool) []error {
+	var errs []error
+	switch {
+	case c.ProviderName != "":
+		errs = append(errs, dnsLabel("--provider-name", c.ProviderName))
+	case requireName:
+		errs = append(errs, errors.New("--provider-name is required"))
+	}
+	errs = append(errs, dnsLabel("--environment", c.Environment))
+	if _, err := verbosityLevel(c.Verbosity); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// verbosityLevel maps a --verbosity value to a log level.
+func verbosityLevel(v string) (zapcore.Level, error) {
+	switch strings.ToUpper(strings.TrimSpace(v)) {
+	case "", "INFO":
+		return zapcore.InfoLevel, nil
+	case "DEBUG":
+		return zapcore.DebugLevel, nil
+	case "ERROR":
+		return zapcore.ErrorLevel, nil
+	}
+	return 0, fmt.Errorf("--verbosity %q: want DEBUG, INFO or ERROR (any case)", v)
+}
+
 // newRunFlags binds the flags of `run` to o, with their defaults.
 func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("cluster-provider run", flag.ContinueOnError)
-	fs.StringVar(&o.ProviderName, "provider-name", "",
-		"This operator's name (required, a DNS label): ClusterProfiles name it as their provider, AccessRequests are labelled with it.")
-	fs.StringVar(&o.Environment, "environment", "default",
-		"The environment (a DNS label); ClusterProfiles are named <environment>.<provider-name>.<providerconfig>.")
+	o.contract.bind(fs)
 	fs.StringVar(&o.Controllers, "controllers", strings.Join(defaultControllers, ","),
 		"Comma-separated controllers to run; valid are "+strings.Join(knownControllers, ", ")+" (scheduler needs the scheduler: section of --config).")
 	fs.StringVar(&o.ConfigPath, "config", "",
@@ -115,6 +163,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"How often the leader renews its lease and a standby tries to take it.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080",
 		"host:port of the metrics endpoint; 0 disables it.")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", false,
+		"Serve metrics over HTTPS (a self-signed certificate) to clients the platform's API server authenticates and authorizes for GET /metrics; false serves plain HTTP.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081",
 		"host:port of /healthz and /readyz; 0 disables them.")
 	fs.StringVar(&o.LocalBinaries, "local-binaries", "",
@@ -149,18 +199,23 @@ func parseRunOptions(args []string) (*runOptions, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if !flagSet(fs, "zap-log-level") {
+		level, _ := verbosityLevel(o.Verbosity) // validated
+		o.Zap.Level = level
+	}
 	return o, nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // validate checks every flag and fills Enabled. The error names each offending flag.
 func (o *runOptions) validate() error {
-	var errs []error
-	if o.ProviderName == "" {
-		errs = append(errs, errors.New("--provider-name is required"))
-	} else {
-		errs = append(errs, dnsLabel("--provider-name", o.ProviderName))
-	}
-	errs = append(errs, dnsLabel("--environment", o.Environment))
+	errs := o.contract.validate(true)
 	switch {
 	case o.LeaderElectionNamespace != "":
 		errs = append(errs, dnsLabel("--leader-election-namespace", o.LeaderElectionNamespace))
@@ -259,6 +314,9 @@ func bindAddress(flag, v string) error {
 
 // initOptions are the flags of `cluster-provider init`.
 type initOptions struct {
+	// contract: --provider-name and --environment are checked and reported, --verbosity ERROR
+	// prints only errors.
+	contract
 	// Kubeconfig is --kubeconfig, as for run.
 	Kubeconfig string
 	// Timeout is --timeout: how long to wait for the CRDs to become Established. Default 1m.
@@ -267,6 +325,7 @@ type initOptions struct {
 
 func newInitFlags(o *initOptions) *flag.FlagSet {
 	fs := flag.NewFlagSet("cluster-provider init", flag.ContinueOnError)
+	o.contract.bind(fs)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "",
 		"Path to a kubeconfig; default $KUBECONFIG, the in-cluster config, or ~/.kube/config.")
 	fs.DurationVar(&o.Timeout, "timeout", time.Minute,
@@ -280,8 +339,12 @@ func parseInitOptions(args []string) (*initOptions, error) {
 	if err := parseFlags(newInitFlags(o), args); err != nil {
 		return nil, err
 	}
+	errs := o.contract.validate(false)
 	if o.Timeout <= 0 {
-		return nil, fmt.Errorf("--timeout %s: must be positive", o.Timeout)
+		errs = append(errs, fmt.Errorf("--timeout %s: must be positive", o.Timeout))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return o, nil
 }

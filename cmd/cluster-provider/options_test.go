@@ -3,12 +3,17 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/yaml"
 )
 
 func TestParseRunOptions(t *testing.T) {
@@ -126,7 +131,10 @@ func TestParseInitOptions(t *testing.T) {
 		"timeout":          {args: []string{"--timeout=5s", "--kubeconfig=/kc"}, wantTimeout: 5 * time.Second},
 		"zero timeout":     {args: []string{"--timeout=0s"}, wantErr: "--timeout 0s: must be positive"},
 		"bad timeout":      {args: []string{"--timeout=soon"}, wantErr: "-timeout"},
-		"run-only flag":    {args: []string{"--provider-name=x"}, wantErr: "flag provided but not defined: -provider-name"},
+		"run-only flag":    {args: []string{"--controllers=scheduler"}, wantErr: "flag provided but not defined: -controllers"},
+		"contract flags":   {args: []string{"--environment=prod", "--verbosity=debug", "--provider-name=local"}, wantTimeout: time.Minute},
+		"bad provider":     {args: []string{"--provider-name=Local"}, wantErr: `--provider-name "Local"`},
+		"bad verbosity":    {args: []string{"--verbosity=loud"}, wantErr: `--verbosity "loud"`},
 		"positional":       {args: []string{"crds"}, wantErr: `unexpected argument "crds"`},
 		"kubeconfig alone": {args: []string{"--kubeconfig", "/kc"}, wantTimeout: time.Minute},
 	}
@@ -142,4 +150,131 @@ func TestParseInitOptions(t *testing.T) {
 			assert.Equal(t, tt.wantTimeout, o.Timeout)
 		})
 	}
+}
+
+// openMCPArgs builds the container args openMCP's operator gives a ClusterProvider image
+// (internal/controllers/provider/install, deployment.go and job.go): the command items (initCommand
+// or runCommand, default "init"/"run"), then --environment, --verbosity and --provider-name; for
+// the Deployment also --leader-elect=true when runReplicas > 1, and the metrics flags unless
+// metrics are disabled (metricsPort 0 here).
+func openMCPArgs(command []string, deployment bool, env, verbosity, name string, replicas, metricsPort int) []string {
+	args := append([]string{}, command...)
+	args = append(args, "--environment="+env, "--verbosity="+verbosity, "--provider-name="+name)
+	if deployment && replicas > 1 {
+		args = append(args, "--leader-elect=true")
+	}
+	if deployment && metricsPort > 0 {
+		args = append(args, fmt.Sprintf("--metrics-bind-address=:%d", metricsPort), "--metrics-secure=false")
+	}
+	return args
+}
+
+// TestOpenMCPArgs feeds both parsers the exact argument lists openMCP's operator builds: every
+// verbosity spelling, one and several replicas, metrics on and off, default commands and the
+// documented openMCP-mode runCommand (deploy/openmcp).
+func TestOpenMCPArgs(t *testing.T) {
+	defer func(old string) { inClusterNamespaceFile = old }(inClusterNamespaceFile)
+	inClusterNamespaceFile = filepath.Join(t.TempDir(), "namespace") // in a pod: --leader-elect needs no namespace flag
+	require.NoError(t, os.WriteFile(inClusterNamespaceFile, []byte("openmcp-system"), 0o600))
+
+	// The documented openMCP mode: deploy/openmcp's ClusterProvider.
+	var cp struct {
+		Spec struct {
+			RunCommand []string `json:"runCommand"`
+		} `json:"spec"`
+	}
+	data, err := os.ReadFile("../../deploy/openmcp/clusterprovider.yaml")
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(data, &cp))
+	openMCPMode := cp.Spec.RunCommand
+	require.NotEmpty(t, openMCPMode)
+	levels := map[string]zapcore.Level{
+		"DEBUG": zapcore.DebugLevel, "debug": zapcore.DebugLevel, "Debug": zapcore.DebugLevel,
+		"INFO": zapcore.InfoLevel, "info": zapcore.InfoLevel, "": zapcore.InfoLevel,
+		"ERROR": zapcore.ErrorLevel, "error": zapcore.ErrorLevel, "Error": zapcore.ErrorLevel,
+	}
+	for verbosity, level := range levels {
+		for _, replicas := range []int{1, 2} {
+			for _, metricsPort := range []int{0, 8080} {
+				for _, runCommand := range [][]string{nil, openMCPMode} {
+					name := fmt.Sprintf("verbosity %q replicas %d metrics %d openMCP mode %v", verbosity, replicas, metricsPort, runCommand != nil)
+					t.Run(name, func(t *testing.T) {
+						cmd := runCommand
+						if cmd == nil {
+							cmd = []string{"run"}
+						}
+						args := openMCPArgs(cmd, true, "prod", verbosity, "local", replicas, metricsPort)
+						for i := range args { // the kubelet expands $(VAR) from the container's env
+							args[i] = strings.ReplaceAll(args[i], "$(POD_IP)", "10.244.1.3")
+						}
+						require.Equal(t, "run", args[0])
+						o, err := parseRunOptions(args[1:])
+						require.NoError(t, err, "args %q", args)
+						assert.Equal(t, "prod", o.Environment)
+						assert.Equal(t, "local", o.ProviderName)
+						assert.Equal(t, level, o.Zap.Level, "--verbosity %q", verbosity)
+						assert.Equal(t, replicas > 1 || runCommand != nil, o.LeaderElect)
+						if runCommand != nil {
+							assert.Equal(t, map[string]bool{controllerProviderConfig: true}, o.Enabled, "openMCP's labeller and scheduler run instead of ours")
+							assert.Equal(t, []string{"/opt/cluster-provider/k8s"}, o.LocalBinaryDirs)
+							assert.Equal(t, "10.244.1.3", o.LocalAdvertiseHost)
+						}
+						if metricsPort > 0 {
+							assert.Equal(t, ":8080", o.MetricsBindAddress)
+						}
+						assert.False(t, o.MetricsSecure)
+
+						initArgs := openMCPArgs([]string{"init"}, false, "prod", verbosity, "local", replicas, metricsPort)
+						io, err := parseInitOptions(initArgs[1:])
+						require.NoError(t, err, "args %q", initArgs)
+						assert.Equal(t, contract{ProviderName: "local", Environment: "prod", Verbosity: verbosity}, io.contract)
+					})
+				}
+			}
+		}
+	}
+}
+
+func TestVerbosity(t *testing.T) {
+	tests := map[string]struct {
+		args    []string
+		want    zapcore.LevelEnabler
+		wantErr string
+	}{
+		"default is INFO":              {args: nil, want: zapcore.InfoLevel},
+		"DEBUG":                        {args: []string{"--verbosity=DEBUG"}, want: zapcore.DebugLevel},
+		"explicit zap level wins":      {args: []string{"--verbosity=ERROR", "--zap-log-level=debug"}},
+		"zap level before verbosity":   {args: []string{"--zap-log-level=debug", "--verbosity=ERROR"}},
+		"unknown verbosity":            {args: []string{"--verbosity=TRACE"}, wantErr: `--verbosity "TRACE": want DEBUG, INFO or ERROR (any case)`},
+		"metrics-secure":               {args: []string{"--metrics-secure"}, want: zapcore.InfoLevel},
+		"metrics-secure needs a bool":  {args: []string{"--metrics-secure=yes"}, wantErr: "-metrics-secure"},
+		"unknown flag still refused":   {args: []string{"--verbose"}, wantErr: "flag provided but not defined: -verbose"},
+		"verbosity with a space value": {args: []string{"--verbosity", "info"}, want: zapcore.InfoLevel},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			o, err := parseRunOptions(append([]string{"--provider-name=x"}, tt.args...))
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			if tt.want == nil { // --zap-log-level=debug was given: zap's own level, debug enabled
+				require.NotNil(t, o.Zap.Level)
+				assert.True(t, o.Zap.Level.Enabled(zapcore.DebugLevel))
+				return
+			}
+			assert.Equal(t, tt.want, o.Zap.Level)
+		})
+	}
+	o, err := parseRunOptions([]string{"--provider-name=x", "--metrics-secure"})
+	require.NoError(t, err)
+	assert.True(t, o.MetricsSecure)
+	assert.True(t, metricsOptions(o).SecureServing)
+	assert.NotNil(t, metricsOptions(o).FilterProvider, "authentication and authorization")
+	o, err = parseRunOptions([]string{"--provider-name=x"})
+	require.NoError(t, err)
+	assert.False(t, metricsOptions(o).SecureServing)
+	assert.Nil(t, metricsOptions(o).FilterProvider)
 }

@@ -75,13 +75,9 @@ func grantedForGeneration(ar *clustersv1alpha1.AccessRequest) bool {
 	return ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation
 }
 
-// handles reports whether the provider still has work on a prepared request, following
-// openMCP's rule: a request is the provider's while it is Pending (or has no phase yet) or
-// Granted; a Denied one only once its spec changed since (fixing the spec re-evaluates it). A
-// request being deleted always is, for its access must be revoked.
+// handles reports whether the provider may act on a prepared request now: openMCP's handshake
+// (kit.ProviderResponsible). A Granted request whose spec changed, or a Denied one, waits until
+// the labeller sets it Pending; a request being deleted is always the provider's.
 func handles(ar *clustersv1alpha1.AccessRequest) bool {
-	if !ar.DeletionTimestamp.IsZero() {
-		return true
-	}
-	return ar.Status.Phase != common.PhaseDenied || ar.Status.ObservedGeneration != ar.Generation
+	return kit.ProviderResponsible(ar)
 }

@@ -60,17 +60,23 @@ func TestHandles(t *testing.T) {
 		gen, observed     int64
 		deleting, handles bool
 	}{
-		{"new", "", 1, 0, false, true},
+		// openMCP's handshake: Pending, or Granted for the current generation; the labeller sets
+		// a new or changed request Pending first.
+		{"new, not handed over yet", "", 1, 0, false, false},
 		{"pending", common.PhasePending, 1, 1, false, true},
+		{"pending, spec changed", common.PhasePending, 2, 1, false, true},
 		{"granted", common.PhaseGranted, 1, 1, false, true},
-		{"granted, spec changed", common.PhaseGranted, 2, 1, false, true},
+		{"granted, spec changed: the labeller sets it Pending first", common.PhaseGranted, 2, 1, false, false},
 		{"denied", common.PhaseDenied, 1, 1, false, false},
-		{"denied, spec fixed", common.PhaseDenied, 2, 1, false, true},
+		{"denied, spec fixed: the labeller sets it Pending first", common.PhaseDenied, 2, 1, false, false},
 		{"denied, deleted", common.PhaseDenied, 1, 1, true, true},
+		{"granted, deleted", common.PhaseGranted, 2, 1, true, true},
+		{"new, deleted", "", 1, 0, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ar := &clustersv1alpha1.AccessRequest{ObjectMeta: metav1.ObjectMeta{Generation: tt.gen}}
+			ar := &clustersv1alpha1.AccessRequest{ObjectMeta: metav1.ObjectMeta{Generation: tt.gen, Labels: map[string]string{
+				clustersv1alpha1.ProviderLabel: "p", clustersv1alpha1.ProfileLabel: "e.p.c"}}}
 			ar.Status.Phase, ar.Status.ObservedGeneration = tt.phase, tt.observed
 			if tt.deleting {
 				ar.DeletionTimestamp = &now

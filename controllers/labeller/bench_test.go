@@ -30,9 +30,10 @@ const (
 // BenchmarkLabeller labels benchAccessRequests pre-created AccessRequests, half with
 // spec.clusterRef and half through a granted ClusterRequest, with a labeller manager (default
 // workers) started after they exist: the time runs from the manager's start until the last
-// labels PATCH was answered (a first-pass success writes no status). In the same run, against the same API server, a raw
-// client sends as many PATCHes (the same two labels, optimistically locked) to as many fresh
-// AccessRequests of the same shape, at the labeller's concurrency (its worker count).
+// AccessRequest was handed to its provider (its status PATCH, phase Pending, answered: openMCP's
+// handshake). In the same run, against the same API server, a raw client does the same two writes
+// (the two labels, then phase Pending, each optimistically locked) on as many fresh AccessRequests
+// of the same shape, at the labeller's concurrency (its worker count).
 // Requests of the labeller's manager are counted by verb at its transport; the setup and the raw
 // loop use other clients, and b.N iterations each label a fresh set.
 func BenchmarkLabeller(b *testing.B) {
@@ -105,10 +106,11 @@ func clusterName(i int) string { return fmt.Sprintf("cluster-%d", i%benchCluster
 func parallel(b *testing.B, n int, f func(i int)) { testenv.Parallel(benchSetupWorkers, n, f) }
 
 // rawPatchLoop creates the AccessRequests raw-from … raw-(to-1), shaped like the bench ones but
-// outside the labeller's selector (not timed), then PATCHes both labels onto each with an
-// optimistically locked merge patch like the labeller's, from as many goroutines as the labeller
-// has workers (DefaultMaxConcurrentReconciles), and returns how long the PATCHes took. The
-// labeller is not running meanwhile.
+// outside the labeller's selector (not timed), then does the labeller's two writes on each, the
+// two labels and then phase Pending, with optimistically locked merge patches like the
+// labeller's, from as many goroutines as the labeller has workers
+// (DefaultMaxConcurrentReconciles), and returns how long they took. The labeller is not running
+// meanwhile.
 func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
 	ctx := context.Background()
 	ars := make([]*clustersv1alpha1.AccessRequest, to-from)
@@ -126,6 +128,12 @@ func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
 		ar.Labels[clustersv1alpha1.ProfileLabel] = "bench-profile"
 		if err := c.Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			failed.Store(err)
+			return
+		}
+		base = ar.DeepCopy()
+		ar.Status.Phase, ar.Status.ObservedGeneration = common.PhasePending, ar.Generation
+		if err := c.Status().Patch(ctx, ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			failed.Store(err)
 		}
 	})
 	d := time.Since(start)
@@ -136,10 +144,10 @@ func rawPatchLoop(b *testing.B, ns string, from, to int) time.Duration {
 }
 
 // runLabeller starts a labeller manager for the bench instance, waits until it has answered a
-// labels PATCH for every AccessRequest, stops it, and returns the time from the start, the time
-// from the first answered labels PATCH to the last, and the manager's requests by verb.
+// hand-over (status PATCH) for every AccessRequest, stops it, and returns the time from the start,
+// the time from the first answered hand-over to the last, and the manager's requests by verb.
 func runLabeller(b *testing.B, ns string) (time.Duration, time.Duration, map[string]int64) {
-	counter := testenv.NewRequestCounter("PATCH", benchAccessRequests)
+	counter := testenv.NewRequestCounter("statusPATCH", benchAccessRequests)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = counter.Wrap
 	mgr := newManager(b, cfg, benchInstance, logr.Discard(), 0) // default workers
@@ -156,6 +164,7 @@ func verifyLabelled(b *testing.B, ns string) {
 		ar := &list.Items[i]
 		require.False(b, lacksLabel(ar), "%s is not labelled", ar.Name)
 		require.NotNil(b, ar.Spec.ClusterRef, "%s has no clusterRef", ar.Name)
-		require.Nil(b, meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved), "%s: a first-pass success writes no status", ar.Name)
+		require.Equal(b, common.PhasePending, ar.Status.Phase, "%s is not handed to its provider", ar.Name)
+		require.NotNil(b, meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved), "%s", ar.Name)
 	}
 }

@@ -3,9 +3,12 @@ package labeller
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,8 +30,8 @@ func TestLabeller(t *testing.T) {
 		got := waitLabelled(t, ar, w)
 		assert.Equal(t, &common.ObjectReference{Name: w.cluster}, got.Spec.ClusterRef, "a set clusterRef is left as it is")
 		assert.Nil(t, got.Spec.RequestRef)
-		assert.Empty(t, got.Status.Conditions, "a first-pass success leaves the status to the provider")
-		assert.Empty(t, got.Status.Phase)
+		assert.Len(t, got.Status.Conditions, 1, "only the labeller's own condition")
+		assert.Equal(t, common.PhasePending, got.Status.Phase, "handed to the provider")
 	})
 
 	t.Run("clusterRef wins over requestRef", func(t *testing.T) {
@@ -134,14 +137,51 @@ func TestLabeller(t *testing.T) {
 		assert.Contains(t, ev.Note, "someone-else")
 	})
 
-	t.Run("both labels present: never touched", func(t *testing.T) {
+	t.Run("both labels present: labels and annotations never touched, set Pending", func(t *testing.T) {
 		t.Parallel()
 		w := newWorld(t)
-		// Wrong values and a reconcile annotation: still not the labeller's business.
+		// Wrong values and a reconcile annotation: the labels and the annotation are the
+		// provider's; the request is only handed to it (openMCP's labeller does the same).
 		ar := newAccessRequest(t, w.ns, "labelled", requestRef("does-not-exist"),
 			withLabel(clustersv1alpha1.ProviderLabel, "other"), withLabel(clustersv1alpha1.ProfileLabel, "other"),
 			withAnnotation(constants.OperationAnnotation, constants.OperationAnnotationValueReconcile))
-		requireUntouched(t, w, ar)
+		got := waitFor(t, ar, "Pending", func(ar *clustersv1alpha1.AccessRequest) bool { return ar.Status.Phase == common.PhasePending })
+		assert.Equal(t, ar.Generation, got.Status.ObservedGeneration)
+		assert.Equal(t, ar.Labels, got.Labels)
+		assert.Equal(t, ar.Annotations, got.Annotations)
+		assert.Equal(t, ar.Spec, got.Spec)
+		assert.Empty(t, got.Status.Conditions, "resolution is not the labeller's business once labelled")
+	})
+
+	t.Run("handshake: a changed Granted request goes back to Pending; answers of the current generation stay", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		granted := waitLabelled(t, newAccessRequest(t, w.ns, "granted", clusterRef(w.cluster)), w)
+		denied := waitLabelled(t, newAccessRequest(t, w.ns, "denied", clusterRef(w.cluster)), w)
+		answer := func(ar *clustersv1alpha1.AccessRequest, phase string) *clustersv1alpha1.AccessRequest { // as a provider does
+			base := ar.DeepCopy()
+			ar.Status.Phase = phase
+			ar.Status.ObservedGeneration = ar.Generation
+			require.NoError(t, env.Client.Status().Patch(context.Background(), ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+			return ar
+		}
+		granted = answer(granted, common.PhaseGranted)
+		denied = answer(denied, common.PhaseDenied)
+		requireUntouched(t, w, granted, denied)
+
+		changeSpec := func(ar *clustersv1alpha1.AccessRequest) *clustersv1alpha1.AccessRequest {
+			base := ar.DeepCopy()
+			ar.Spec.Token = &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}}}}
+			require.NoError(t, env.Client.Patch(context.Background(), ar, client.MergeFrom(base)))
+			require.Greater(t, ar.Generation, base.Generation)
+			return ar
+		}
+		for _, ar := range []*clustersv1alpha1.AccessRequest{changeSpec(granted), changeSpec(denied)} {
+			got := waitFor(t, ar, "Pending again", func(got *clustersv1alpha1.AccessRequest) bool {
+				return got.Status.Phase == common.PhasePending && got.Status.ObservedGeneration == ar.Generation
+			})
+			assert.Equal(t, ar.Labels, got.Labels)
+		}
 	})
 
 	t.Run("selector excludes: never touched", func(t *testing.T) {
@@ -184,6 +224,21 @@ func TestLabeller(t *testing.T) {
 			return !ok
 		})
 		requireCondition(t, got, metav1.ConditionFalse, ReasonClusterNotFound)
+	})
+
+	t.Run("spec.ttl: a labelled, handed-over request is deleted when it ends", func(t *testing.T) {
+		t.Parallel()
+		w := newWorld(t)
+		// The labels write's own event brings the request back before the cache has its Pending
+		// version; that pass must keep the TTL's timer (its queue entry replaces the first one's).
+		ar := newAccessRequest(t, w.ns, "short", clusterRef(w.cluster), func(ar *clustersv1alpha1.AccessRequest) {
+			ar.Spec.TTL = &metav1.Duration{Duration: 3 * time.Second}
+		})
+		waitLabelled(t, ar, w)
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(ar), &clustersv1alpha1.AccessRequest{}))
+		}, 30*time.Second, 100*time.Millisecond, "the request outlived its spec.ttl")
+		env.AwaitEvent(t, ar, ReasonExpired)
 	})
 
 	t.Run("a removed label is set again", func(t *testing.T) {

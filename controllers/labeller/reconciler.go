@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -54,6 +54,13 @@ type Reconciler struct {
 	// MaxConcurrentReconciles is the number of workers. Default:
 	// DefaultMaxConcurrentReconciles.
 	MaxConcurrentReconciles int
+
+	// handedOver maps the UID of a request this labeller labelled and set Pending in one pass to
+	// the resourceVersion of its labelled, not yet Pending, version. The labels write's own
+	// update event brings the request back, often before the cache has the Pending version: that
+	// stale version is skipped instead of being set Pending a second time (a write that could only
+	// fail on its lock). The entry goes at that next pass, whichever version it sees.
+	handedOver sync.Map
 }
 
 // Reconcile prepares one AccessRequest: fetch → not ours? done → operation annotation → resolve
@@ -66,10 +73,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, ar); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// spec.ttl applies to every AccessRequest the selector matches, labelled or not.
+	// spec.ttl applies to every AccessRequest the selector matches, labelled or not. Every pass
+	// returns the time left: its queue entry may have replaced the one of an earlier pass.
 	expiry, expired, err := r.expire(ctx, ar)
 	if err != nil || expired {
 		return ctrl.Result{}, err
+	}
+	if rv, ok := r.handedOver.LoadAndDelete(ar.UID); ok && rv == ar.ResourceVersion {
+		return ctrl.Result{RequeueAfter: expiry}, nil // the cache is behind this labeller's own hand-over
+	}
+	// A labelled request goes back to its provider through phase Pending when its spec changed.
+	if r.resets(ar) {
+		return ctrl.Result{RequeueAfter: expiry}, r.setPending(ctx, ar)
 	}
 	// Checked before the operation annotation: once both labels are set, even a reconcile
 	// annotation belongs to the provider's reconciler, not to us.
@@ -121,22 +136,33 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	if err := r.patchLabels(ctx, ar, t); err != nil {
 		return ctrl.Result{}, err // the status is left alone: the retry writes it
 	}
-	// Labelled, the AccessRequest is the provider's: its reconciler writes the status
-	// (observedGeneration, phase, its own conditions). The labeller writes the status only to
-	// replace a ProviderResolved condition it set on an earlier pass (waiting, not found,
-	// conflict), so that no stale reason stays behind. A first-pass success costs one PATCH and
-	// no status write, half the API server's work (docs/benchmarks.md).
-	if meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved) == nil {
-		return ctrl.Result{}, nil
+	// Labelled, the AccessRequest is handed to the provider by phase Pending (openMCP's handshake,
+	// kit.ProviderResponsible): the provider acts on nothing else, so the two never write the phase
+	// at once. The write is optimistically locked on the labelled version.
+	// A conflict (changed since it was labelled) is retried quietly, from the newer version.
+	labelled := ar.ResourceVersion
+	if err := r.patchStatus(ctx, ar, t, nil); err != nil {
+		return kit.QuietConflict(ctrl.Result{}, err)
 	}
-	err = r.patchStatus(ctx, ar, t, nil)
+	r.handedOver.Store(ar.UID, labelled)
+	return ctrl.Result{}, nil
+}
+
+// setPending hands the labelled request ar back to its provider: phase Pending for its current
+// generation (kit.NeedsPending says when), optimistically locked so that a provider's newer
+// answer is never overwritten.
+func (r *Reconciler) setPending(ctx context.Context, ar *clustersv1alpha1.AccessRequest) error {
+	before := ar.DeepCopy()
+	kit.SetPending(ar)
+	err := kit.PatchStatusIfChanged(ctx, r.Client, before, ar, statusOf)
 	if apierrors.IsConflict(err) {
-		// The labels are set, so the provider's reconciler may already have written the status;
-		// the AccessRequest is the provider's now.
-		log.FromContext(ctx).V(1).Info("The status changed after labelling; leaving it to the provider", "error", err.Error())
-		return ctrl.Result{}, nil
+		return nil // changed meanwhile: its update event brings it back if it still needs this
 	}
-	return ctrl.Result{}, err
+	if err != nil {
+		return fmt.Errorf("setting the AccessRequest Pending: %w", err)
+	}
+	log.FromContext(ctx).V(1).Info("Set the AccessRequest Pending for its provider", "generation", ar.Generation, "phaseWas", before.Status.Phase)
+	return nil
 }
 
 // reconcileUnresolved reports why ar cannot be labelled. A reason error (waiting for an object, or

@@ -44,15 +44,15 @@ const (
 	ReasonExpired = "Expired"
 )
 
-// setResolution records the outcome of one pass in ar's status: observedGeneration, the
-// ProviderResolved condition (from t when err is nil, else from err's reason and message) and
-// phase Pending when no phase is set yet. A phase set by the provider (Granted, Denied) is kept:
-// the labeller never answers a request.
+// setResolution records the outcome of one pass in ar's status: the ProviderResolved condition
+// (from t when err is nil, else from err's reason and message), and phase Pending for the current
+// generation unless a provider answered this generation already (Granted or Denied): the
+// handshake of kit.ProviderResponsible, which hands a request to its provider by setting it
+// Pending. The labeller never answers a request.
 func setResolution(ar *clustersv1alpha1.AccessRequest, t target, err error) {
 	s := &ar.Status.Status
-	s.ObservedGeneration = ar.Generation
-	if s.Phase == "" {
-		s.Phase = common.PhasePending
+	if answered := s.Phase == common.PhaseGranted || s.Phase == common.PhaseDenied; !answered || s.ObservedGeneration != ar.Generation {
+		kit.SetPending(ar)
 	}
 	status, reason, message := metav1.ConditionTrue, ReasonResolved, t.String()
 	if err != nil {

@@ -23,6 +23,7 @@ func TestSetResolution(t *testing.T) {
 	tests := []struct {
 		name        string
 		phase       string
+		observed    int64 // status.observedGeneration before; the request's generation is 3
 		err         error
 		wantStatus  metav1.ConditionStatus
 		wantReason  string
@@ -81,17 +82,29 @@ func TestSetResolution(t *testing.T) {
 			wantMessage: "cache not synced", wantPhase: common.PhasePending,
 		},
 		{
-			name:       "a provider's phase is kept",
-			phase:      common.PhaseGranted,
+			name:  "a provider's answer to the current generation is kept",
+			phase: common.PhaseGranted, observed: 3,
 			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
 			wantMessage: resolved.String(), wantPhase: common.PhaseGranted,
+		},
+		{
+			name:  "a Denied answer to the current generation is kept",
+			phase: common.PhaseDenied, observed: 3,
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
+			wantMessage: resolved.String(), wantPhase: common.PhaseDenied,
+		},
+		{
+			name:       "a Granted answer to an older generation goes back to Pending",
+			phase:      common.PhaseGranted,
+			wantStatus: metav1.ConditionTrue, wantReason: ReasonResolved,
+			wantMessage: resolved.String(), wantPhase: common.PhasePending,
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ar := &clustersv1alpha1.AccessRequest{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
 			ar.Status.Phase = tt.phase
-			ar.Status.ObservedGeneration = 1
+			ar.Status.ObservedGeneration = max(tt.observed, 1)
 			setResolution(ar, resolved, tt.err)
 
 			assert.Equal(t, tt.wantPhase, ar.Status.Phase)

@@ -132,6 +132,7 @@ func grant(t testing.TB, cr *clustersv1alpha1.ClusterRequest, cluster string) {
 	t.Helper()
 	base := cr.DeepCopy()
 	cr.Status.Phase = common.PhaseGranted
+	cr.Status.ObservedGeneration = cr.Generation
 	cr.Status.Cluster = &common.ObjectReference{Name: cluster}
 	require.NoError(t, env.Client.Status().Patch(context.Background(), cr, client.MergeFrom(base)))
 }
@@ -185,21 +186,18 @@ func waitFor(t *testing.T, ar *clustersv1alpha1.AccessRequest, what string, ok f
 	return got
 }
 
-// waitLabelled waits until ar carries both labels and no stale ProviderResolved condition,
-// checks them and returns the labelled AccessRequest. A first-pass success leaves the status to
-// the provider (no condition); after an earlier waiting pass the condition turns True
-// (the status PATCH follows the labels PATCH).
+// waitLabelled waits until ar carries both labels and is handed to its provider (the status
+// PATCH follows the labels PATCH: phase Pending for its generation, ProviderResolved True),
+// checks them and returns the labelled AccessRequest.
 func waitLabelled(t *testing.T, ar *clustersv1alpha1.AccessRequest, w world) *clustersv1alpha1.AccessRequest {
 	t.Helper()
-	got := waitFor(t, ar, "got labelled", func(ar *clustersv1alpha1.AccessRequest) bool {
+	got := waitFor(t, ar, "got labelled and Pending", func(ar *clustersv1alpha1.AccessRequest) bool {
 		c := meta.FindStatusCondition(ar.Status.Conditions, ConditionProviderResolved)
-		return !lacksLabel(ar) && (c == nil || c.Status == metav1.ConditionTrue)
+		return !lacksLabel(ar) && c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == ar.Generation
 	})
 	assert.Equal(t, w.provider, got.Labels[clustersv1alpha1.ProviderLabel])
 	assert.Equal(t, w.profile, got.Labels[clustersv1alpha1.ProfileLabel])
-	if meta.FindStatusCondition(got.Status.Conditions, ConditionProviderResolved) != nil {
-		requireCondition(t, got, metav1.ConditionTrue, ReasonResolved)
-	}
+	requireCondition(t, got, metav1.ConditionTrue, ReasonResolved)
 	return got
 }
 

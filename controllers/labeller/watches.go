@@ -76,10 +76,18 @@ func (r *Reconciler) owns(o client.Object) bool {
 	return lacksLabel(o) && r.Selector.Matches(labels.Set(o.GetLabels()))
 }
 
-// wants reports whether the labeller is to work on AccessRequest o: it owns it and o is not
-// ignored.
+// resets reports whether AccessRequest o is labelled, matches the selector and must be set Pending
+// for its provider (kit.NeedsPending), and is not ignored.
+func (r *Reconciler) resets(o client.Object) bool {
+	ar, ok := o.(*clustersv1alpha1.AccessRequest)
+	return ok && kit.NeedsPending(ar) && r.Selector.Matches(labels.Set(o.GetLabels())) &&
+		kit.OperationOf(o) != kit.OperationIgnore
+}
+
+// wants reports whether the labeller is to work on AccessRequest o: it owns it or must set it
+// Pending, and o is not ignored.
 func (r *Reconciler) wants(o client.Object) bool {
-	return (r.owns(o) || hasTTL(o)) && kit.OperationOf(o) != kit.OperationIgnore
+	return (r.owns(o) || r.resets(o) || hasTTL(o)) && kit.OperationOf(o) != kit.OperationIgnore
 }
 
 func registerIndexes(indexer client.FieldIndexer) error {

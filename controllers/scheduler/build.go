@@ -13,9 +13,15 @@ import (
 
 // Labels and annotations the scheduler reads or writes, as openMCP's scheduler names them.
 const (
-	// AnnotationDeleteWithoutRequests on a Cluster: "true" deletes it once no request uses it.
-	// The scheduler sets it on the Clusters it creates unless the template sets the key.
-	AnnotationDeleteWithoutRequests = "clusters.openmcp.cloud/delete-without-requests"
+	// LabelDeleteWithoutRequests on a Cluster: "true" deletes it once no request uses it. The
+	// scheduler sets it on the Clusters it creates unless the template's labels set the key, as
+	// openMCP's scheduler does (its DeleteWithoutRequestsLabel).
+	LabelDeleteWithoutRequests = "clusters.openmcp.cloud/delete-without-requests"
+	// LegacyAnnotationDeleteWithoutRequests is the annotation of that name that releases before
+	// openMCP's label was followed set instead. It is still honoured on a Cluster that has no
+	// LabelDeleteWithoutRequests, so that Clusters made by those releases keep their behaviour;
+	// nothing sets it any more.
+	LegacyAnnotationDeleteWithoutRequests = LabelDeleteWithoutRequests
 	// LabelRandomizeClusterName on a ClusterRequest: "true" lets the API server name its new
 	// Cluster (generateName) instead of the request's hash.
 	LabelRandomizeClusterName = "clusters.openmcp.cloud/randomize-cluster-name"
@@ -25,7 +31,7 @@ const (
 
 // NewCluster is the Cluster the scheduler creates for req of purpose under pm: namespace from the
 // template, else the request's; labels and annotations from the template plus
-// AnnotationDeleteWithoutRequests "true" unless the template sets that key (and, for an Exclusive
+// LabelDeleteWithoutRequests "true" unless the template's labels set that key (and, for an Exclusive
 // Cluster, the request's propagated metadata); the template's spec with the purpose added to
 // spec.purposes; the request's finalizer; the name of ClusterName. The template is never changed:
 // every map and slice of the result is new.
@@ -43,11 +49,11 @@ func NewCluster(purpose string, pm *PurposeMapping, req *clustersv1alpha1.Cluste
 		},
 		Spec: *t.Spec.DeepCopy(),
 	}
-	if cl.Annotations == nil {
-		cl.Annotations = map[string]string{}
+	if cl.Labels == nil {
+		cl.Labels = map[string]string{}
 	}
-	if _, set := cl.Annotations[AnnotationDeleteWithoutRequests]; !set {
-		cl.Annotations[AnnotationDeleteWithoutRequests] = "true"
+	if _, set := cl.Labels[LabelDeleteWithoutRequests]; !set {
+		cl.Labels[LabelDeleteWithoutRequests] = "true"
 	}
 	if !slices.Contains(cl.Spec.Purposes, purpose) {
 		cl.Spec.Purposes = append(cl.Spec.Purposes, purpose)
@@ -80,4 +86,13 @@ func Propagate(req *clustersv1alpha1.ClusterRequest, cl *clustersv1alpha1.Cluste
 	copyPrefixed(req.Labels, &cl.Labels)
 	copyPrefixed(req.Annotations, &cl.Annotations)
 	return changed
+}
+
+// DeleteWithoutRequests reports whether cl is to be deleted once no request uses it: its label
+// LabelDeleteWithoutRequests is "true", or, without that label, the legacy annotation is.
+func DeleteWithoutRequests(cl *clustersv1alpha1.Cluster) bool {
+	if v, ok := cl.Labels[LabelDeleteWithoutRequests]; ok {
+		return v == "true"
+	}
+	return cl.Annotations[LegacyAnnotationDeleteWithoutRequests] == "true"
 }

@@ -23,8 +23,9 @@ func TestNewCluster(t *testing.T) {
 	assert.Equal(t, "exclusive-qilq5nsb", cl.Name)
 	assert.Empty(t, cl.GenerateName)
 	assert.Equal(t, "foo", cl.Namespace, "the request's namespace when the template names none")
-	assert.Equal(t, map[string]string{"env": "dev", PropagatedPrefix + "team": "a"}, cl.Labels, "template labels plus the propagated ones")
-	assert.Equal(t, map[string]string{"note": "n", AnnotationDeleteWithoutRequests: "true", PropagatedPrefix + "cost": "42"}, cl.Annotations)
+	assert.Equal(t, map[string]string{"env": "dev", LabelDeleteWithoutRequests: "true", PropagatedPrefix + "team": "a"}, cl.Labels,
+		"template labels, openMCP's delete-without-requests label, the propagated ones")
+	assert.Equal(t, map[string]string{"note": "n", PropagatedPrefix + "cost": "42"}, cl.Annotations)
 	assert.Equal(t, []string{"base", "exclusive"}, cl.Spec.Purposes)
 	assert.Equal(t, []string{"request.clusters.openmcp.cloud/u-1"}, cl.Finalizers)
 	assert.Equal(t, "prof", cl.Spec.Profile)
@@ -35,16 +36,19 @@ func TestNewCluster(t *testing.T) {
 	assert.Equal(t, map[string]string{"note": "n"}, pm.Template.Metadata.Annotations)
 	assert.Equal(t, []string{"base"}, pm.Template.Spec.Purposes)
 	other := NewCluster("exclusive", pm, &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "foo", Name: "second", UID: "u-2"}})
-	assert.Equal(t, map[string]string{"env": "dev"}, other.Labels)
+	assert.Equal(t, map[string]string{"env": "dev", LabelDeleteWithoutRequests: "true"}, other.Labels)
 	assert.NotEqual(t, cl.Name, other.Name)
 
-	t.Run("the template decides delete-without-requests when it sets the key", func(t *testing.T) {
+	t.Run("the template decides delete-without-requests when its labels set the key", func(t *testing.T) {
+		// A template written for openMCP's scheduler: label "false" keeps the Cluster.
 		pm := &PurposeMapping{Template: ClusterTemplate{
-			Metadata: TemplateMeta{Namespace: "clusters", Annotations: map[string]string{AnnotationDeleteWithoutRequests: "false"}},
+			Metadata: TemplateMeta{Namespace: "clusters", Labels: map[string]string{LabelDeleteWithoutRequests: "false"}},
 			Spec:     clustersv1alpha1.ClusterSpec{Profile: "prof", Tenancy: clustersv1alpha1.TenancyShared},
 		}}
 		cl := NewCluster("shared", pm, req)
-		assert.Equal(t, "false", cl.Annotations[AnnotationDeleteWithoutRequests])
+		assert.Equal(t, "false", cl.Labels[LabelDeleteWithoutRequests])
+		assert.False(t, DeleteWithoutRequests(cl))
+		assert.Empty(t, cl.Annotations)
 		assert.Equal(t, "clusters", cl.Namespace)
 		assert.Equal(t, "shared", cl.Name, "one Cluster for everyone")
 		assert.NotContains(t, cl.Labels, PropagatedPrefix+"team", "a Shared Cluster gets no request's metadata")
@@ -59,9 +63,31 @@ func TestNewCluster(t *testing.T) {
 	t.Run("nil template maps", func(t *testing.T) {
 		pm := &PurposeMapping{Template: ClusterTemplate{Spec: clustersv1alpha1.ClusterSpec{Profile: "prof", Tenancy: clustersv1alpha1.TenancyExclusive}}}
 		cl := NewCluster("x", pm, &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "n", Name: "r"}})
-		assert.Equal(t, map[string]string{AnnotationDeleteWithoutRequests: "true"}, cl.Annotations)
-		assert.Nil(t, cl.Labels)
+		assert.Equal(t, map[string]string{LabelDeleteWithoutRequests: "true"}, cl.Labels)
+		assert.Nil(t, cl.Annotations)
 	})
+}
+
+func TestDeleteWithoutRequests(t *testing.T) {
+	tests := map[string]struct {
+		labels, annotations map[string]string
+		want                bool
+	}{
+		"label true":                           {labels: map[string]string{LabelDeleteWithoutRequests: "true"}, want: true},
+		"label false":                          {labels: map[string]string{LabelDeleteWithoutRequests: "false"}},
+		"label other value":                    {labels: map[string]string{LabelDeleteWithoutRequests: "yes"}},
+		"neither":                              {},
+		"legacy annotation true, no label":     {annotations: map[string]string{LegacyAnnotationDeleteWithoutRequests: "true"}, want: true},
+		"legacy annotation false, no label":    {annotations: map[string]string{LegacyAnnotationDeleteWithoutRequests: "false"}},
+		"label false wins over the annotation": {labels: map[string]string{LabelDeleteWithoutRequests: "false"}, annotations: map[string]string{LegacyAnnotationDeleteWithoutRequests: "true"}},
+		"label true wins over the annotation":  {labels: map[string]string{LabelDeleteWithoutRequests: "true"}, annotations: map[string]string{LegacyAnnotationDeleteWithoutRequests: "false"}, want: true},
+	}
+	for name, tt := range tests {
+		t.Run(name, func(t *testing.T) {
+			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Labels: tt.labels, Annotations: tt.annotations}}
+			assert.Equal(t, tt.want, DeleteWithoutRequests(cl))
+		})
+	}
 }
 
 func TestPropagate(t *testing.T) {

@@ -433,7 +433,7 @@ func (r *Reconciler) release(ctx context.Context, cr *clustersv1alpha1.ClusterRe
 		key := client.ObjectKeyFromObject(cl)
 		unused := TenancyCount(cl) == 0 && len(r.book.pendingOf(key)) == 0
 		switch {
-		case cl.DeletionTimestamp.IsZero() && unused && cl.Annotations[AnnotationDeleteWithoutRequests] == "true":
+		case cl.DeletionTimestamp.IsZero() && unused && DeleteWithoutRequests(cl):
 			err := r.Client.Delete(ctx, cl, client.Preconditions{UID: &cl.UID, ResourceVersion: &cl.ResourceVersion})
 			if client.IgnoreNotFound(err) != nil {
 				return nil, fmt.Errorf("deleting Cluster %s, which no request uses: %w", key, err)
@@ -441,7 +441,7 @@ func (r *Reconciler) release(ctx context.Context, cr *clustersv1alpha1.ClusterRe
 			r.book.forget(cl)
 			metricClusters.WithLabelValues("deleted").Inc()
 			r.Recorder.Eventf(cr, cl, corev1.EventTypeNormal, ReasonClusterDeleted, "Release",
-				"Deleted Cluster %s/%s: no request uses it and it has %s: \"true\"", cl.Namespace, cl.Name, AnnotationDeleteWithoutRequests)
+				"Deleted Cluster %s/%s: no request uses it and it has %s: \"true\"", cl.Namespace, cl.Name, LabelDeleteWithoutRequests)
 			gone = cl
 		case !cl.DeletionTimestamp.IsZero() && key == own:
 			gone = cl

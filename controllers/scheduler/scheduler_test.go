@@ -21,7 +21,7 @@ import (
 
 // TestExclusive follows one request of an Exclusive purpose from creation to deletion: a new
 // Cluster named after the request's hash, with the template's metadata, the purpose, the
-// delete-without-requests annotation and the request's finalizer (its real UID); the request's
+// delete-without-requests label and the request's finalizer (its real UID); the request's
 // propagated metadata, also when it changes later; the template never changed; and on deletion
 // the Cluster released and deleted, then the request gone.
 func TestExclusive(t *testing.T) {
@@ -41,8 +41,8 @@ func TestExclusive(t *testing.T) {
 	assert.Equal(t, f.ns, got.Status.Cluster.Namespace)
 	assert.Equal(t, []string{RequestFinalizer(cr.UID)}, cl.Finalizers)
 	assert.True(t, strings.HasPrefix(cl.Finalizers[0], "request.clusters.openmcp.cloud/") && len(cl.Finalizers[0]) > len("request.clusters.openmcp.cloud/"))
-	assert.Equal(t, map[string]string{"tier": "dev", testLabel: f.ns, PropagatedPrefix + "team": "a"}, cl.Labels)
-	assert.Equal(t, map[string]string{"note": "from template", AnnotationDeleteWithoutRequests: "true", PropagatedPrefix + "owner": "alice"}, cl.Annotations)
+	assert.Equal(t, map[string]string{"tier": "dev", testLabel: f.ns, LabelDeleteWithoutRequests: "true", PropagatedPrefix + "team": "a"}, cl.Labels)
+	assert.Equal(t, map[string]string{"note": "from template", PropagatedPrefix + "owner": "alice"}, cl.Annotations)
 	assert.Equal(t, []string{"exclusive"}, cl.Spec.Purposes)
 	assert.Equal(t, clustersv1alpha1.TenancyExclusive, cl.Spec.Tenancy)
 	ev := env.AwaitEvent(t, cr, ReasonGranted)
@@ -111,7 +111,7 @@ func TestSharedBalanced(t *testing.T) {
 	created := "shared-" + RequestHash(f.ns, "r5")
 	assert.Equal(t, []string{"a", "b", "a", "b", created}, got, "Balanced: fewest requests, ties by name; full Clusters are skipped")
 	assert.Equal(t, 2, TenancyCount(getCluster(t, f.ns, "a")))
-	assert.Equal(t, "true", getCluster(t, f.ns, created).Annotations[AnnotationDeleteWithoutRequests])
+	assert.Equal(t, "true", getCluster(t, f.ns, created).Labels[LabelDeleteWithoutRequests])
 
 	// r1 goes: a serves one request and stays (it does not ask to be deleted).
 	remove(t, reqs[0])
@@ -256,6 +256,46 @@ func TestRecreate(t *testing.T) {
 	assert.Contains(t, again.Finalizers, RequestFinalizer(cr.UID))
 	got, _ := awaitGranted(t, cr)
 	assert.Equal(t, cl.Name, got.Status.Cluster.Name, "status.cluster never changes")
+}
+
+// TestDeleteWithoutRequestsLabel follows openMCP's label clusters.openmcp.cloud/delete-without-requests
+// (its scheduler's DeleteWithoutRequestsLabel): a template written for openMCP that sets it to
+// "false" keeps its Cluster after the last request goes (an annotation "true" used to be added, and
+// the Cluster was deleted with its data); a Cluster labelled "true" by someone else (openMCP's
+// scheduler) is deleted once released; a Cluster of an earlier release, with only the annotation
+// "true", still is.
+func TestDeleteWithoutRequestsLabel(t *testing.T) {
+	keep := withTemplateLabels(exclusive(), map[string]string{"pool": "keep"})
+	keep.Template.Metadata.Labels[LabelDeleteWithoutRequests] = "false"
+	f := startScheduler(t, &Config{PurposeMappings: map[string]*PurposeMapping{"keep": keep, "shared": shared(0)}})
+
+	cr := f.request(t, "kept", "keep")
+	_, cl := awaitGranted(t, cr)
+	assert.Equal(t, "false", cl.Labels[LabelDeleteWithoutRequests])
+	remove(t, cr)
+	awaitGone(t, cr)
+	env.AwaitEvent(t, cr, ReasonClusterReleased)
+	cl = getCluster(t, f.ns, cl.Name)
+	assert.True(t, cl.DeletionTimestamp.IsZero(), "the Cluster whose template says \"false\" is kept")
+	assert.Empty(t, cl.Finalizers, "released")
+
+	labelled := f.cluster(t, f.ns, "by-openmcp", []string{"shared"})
+	update(t, labelled, func(cl *clustersv1alpha1.Cluster) { cl.Labels[LabelDeleteWithoutRequests] = "true" })
+	cr = f.request(t, "on-labelled", "shared")
+	_, got := awaitGranted(t, cr)
+	require.Equal(t, labelled.Name, got.Name)
+	remove(t, cr)
+	awaitGone(t, labelled)
+
+	legacy := f.cluster(t, f.ns, "legacy", []string{"shared"})
+	update(t, legacy, func(cl *clustersv1alpha1.Cluster) {
+		cl.Annotations = map[string]string{LegacyAnnotationDeleteWithoutRequests: "true"}
+	})
+	cr = f.request(t, "on-legacy", "shared")
+	_, got = awaitGranted(t, cr)
+	require.Equal(t, legacy.Name, got.Name)
+	remove(t, cr)
+	awaitGone(t, legacy)
 }
 
 // TestWaitForClusterDeletion: with spec.waitForClusterDeletion the deleted request stays until

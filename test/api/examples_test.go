@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,7 +78,9 @@ func fromYAML[T runtime.Object](t *testing.T, manifest string, into T) T {
 
 // TestSamplesAreAccepted dry-runs every manifest in deploy/samples (and its subfolders but
 // config/, which holds the operator's --config files, checked in cmd/cluster-provider) against
-// the API server with the project's CRDs: the admission rules accept it and prune nothing.
+// the API server with the project's CRDs: the admission rules accept it and prune or change
+// nothing. The server may add defaults (openMCP's: an OIDC request's usernameClaim and
+// groupsClaim).
 func TestSamplesAreAccepted(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "samples", "*.yaml"))
 	require.NoError(t, err)
@@ -97,7 +100,35 @@ func TestSamplesAreAccepted(t *testing.T) {
 			require.NoError(t, yaml.Unmarshal(data, &want.Object))
 			got := want.DeepCopy()
 			require.NoError(t, env.Client.Create(context.Background(), got, client.DryRunAll))
-			assert.Equal(t, want.Object["spec"], got.Object["spec"], "the server changed or pruned the spec")
+			assertKept(t, "spec", want.Object["spec"], got.Object["spec"])
 		})
+	}
+}
+
+// assertKept fails unless got holds every value of want: the server pruned and changed nothing,
+// though it may have added fields (defaults) to objects, in lists too.
+func assertKept(t *testing.T, path string, want, got any) {
+	t.Helper()
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !assert.True(t, ok, "%s: the server changed an object into %v", path, got) {
+			return
+		}
+		for k, v := range w {
+			if gv, ok := g[k]; assert.True(t, ok, "%s.%s: the server pruned the field", path, k) {
+				assertKept(t, path+"."+k, v, gv)
+			}
+		}
+	case []any:
+		g, ok := got.([]any)
+		if !assert.True(t, ok, "%s: the server changed a list into %v", path, got) || !assert.Len(t, g, len(w), path) {
+			return
+		}
+		for i := range w {
+			assertKept(t, fmt.Sprintf("%s[%d]", path, i), w[i], g[i])
+		}
+	default:
+		assert.Equal(t, want, got, "%s: the server changed the value", path)
 	}
 }

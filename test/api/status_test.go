@@ -6,9 +6,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -102,7 +104,8 @@ func TestStatusSubresource(t *testing.T) {
 }
 
 // TestClusterRequestStatusClusterImmutable: once set, status.cluster cannot be changed or removed
-// (the scheduler's answer is final); the rest of the status can change.
+// (the scheduler's answer is final); the rest of the status can change. The first writes carry
+// observedGeneration 0 and no phase: the Go types write both anyway, as the schema requires.
 func TestClusterRequestStatusClusterImmutable(t *testing.T) {
 	ctx := context.Background()
 	cr := &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{Namespace: env.Namespace(t), Name: "cr"}, Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}}
@@ -115,17 +118,80 @@ func TestClusterRequestStatusClusterImmutable(t *testing.T) {
 	meta.SetStatusCondition(&cr.Status.Conditions, metav1.Condition{Type: "Scheduled", Status: metav1.ConditionTrue, Reason: "Granted", Message: "m"})
 	require.NoError(t, env.Client.Status().Update(ctx, cr), "other fields may change")
 
-	for name, change := range map[string]func(*clustersv1alpha1.ClusterRequest){
-		"changed": func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster.Name = "c2" },
-		"removed": func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster = nil },
+	for name, tt := range map[string]struct {
+		change  func(*clustersv1alpha1.ClusterRequest)
+		message string
+	}{
+		"changed":           {func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster.Name = "c2" }, "status.cluster: Invalid value: cluster is immutable"},
+		"namespace changed": {func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster.Namespace = "ns2" }, "cluster is immutable"},
+		"removed":           {func(cr *clustersv1alpha1.ClusterRequest) { cr.Status.Cluster = nil }, "cluster may not be removed once set"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := &clustersv1alpha1.ClusterRequest{}
 			require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cr), got))
-			change(got)
+			tt.change(got)
 			err := env.Client.Status().Update(ctx, got)
 			require.Error(t, err)
-			assert.Contains(t, err.Error(), "status.cluster cannot be changed or removed once set")
+			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+}
+
+// TestStatusRequiresObservedGenerationAndPhase: as in openMCP, a status without observedGeneration
+// or phase is rejected, for every kind with a status; so is a ClusterRequest's status.cluster
+// without a namespace. The patches are raw, for the Go types always write these fields.
+func TestStatusRequiresObservedGenerationAndPhase(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	condition := `{"type":"Ready","status":"True","reason":"Test","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}`
+	tests := []struct {
+		name    string
+		obj     client.Object
+		patch   string
+		message []string
+	}{
+		{
+			name:    "Cluster without both",
+			obj:     fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
+			patch:   `{"status":{"conditions":[` + condition + `]}}`,
+			message: []string{"status.observedGeneration: Required value", "status.phase: Required value"},
+		},
+		{
+			name:    "AccessRequest without phase",
+			obj:     fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			patch:   `{"status":{"observedGeneration":1}}`,
+			message: []string{"status.phase: Required value"},
+		},
+		{
+			name:    "ClusterRequest without observedGeneration",
+			obj:     &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "cr-"}, Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}},
+			patch:   `{"status":{"phase":"Pending"}}`,
+			message: []string{"status.observedGeneration: Required value"},
+		},
+		{
+			name:    "ClusterRequest with a cluster without namespace",
+			obj:     &clustersv1alpha1.ClusterRequest{ObjectMeta: metav1.ObjectMeta{GenerateName: "cr-"}, Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}},
+			patch:   `{"status":{"observedGeneration":1,"phase":"Granted","cluster":{"name":"c1"}}}`,
+			message: []string{"status.cluster.namespace: Required value"},
+		},
+		{
+			name:    "ProviderConfig without both",
+			obj:     fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			patch:   `{"status":{"profile":"default.local.pc"}}`,
+			message: []string{"status.observedGeneration: Required value", "status.phase: Required value"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.obj.DeepCopyObject().(client.Object)
+			setNamespace(obj, ns)
+			require.NoError(t, env.Client.Create(ctx, obj))
+			err := env.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(tt.patch)))
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			for _, m := range tt.message {
+				assert.Contains(t, err.Error(), m)
+			}
 		})
 	}
 }

@@ -2,12 +2,16 @@ package api
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -35,6 +39,7 @@ spec:
     name: my-oidc
     issuer: https://oidc.example.com
     clientID: my-client
+    roleBindings: []
 `
 
 const validCluster = `
@@ -44,6 +49,16 @@ metadata: {generateName: cl-}
 spec:
   profile: default.local.p1
   tenancy: Shared
+`
+
+const validClusterProfile = `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: ClusterProfile
+metadata: {generateName: default.local.cp-}
+spec:
+  providerRef: {name: local}
+  providerConfigRef: {name: p1}
+  supportedVersions: [{version: 1.37.1}]
 `
 
 const validProviderConfig = `
@@ -70,15 +85,7 @@ func TestCreateValidation(t *testing.T) {
 			mutate: func(o client.Object) {
 				o.(*clustersv1alpha1.AccessRequest).Spec.OIDC = fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}).Spec.OIDC
 			},
-			message: "exactly one of spec.token and spec.oidc must be set",
-		},
-		{
-			name: "access request with a ttl of zero",
-			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
-			mutate: func(o client.Object) {
-				o.(*clustersv1alpha1.AccessRequest).Spec.TTL = &metav1.Duration{}
-			},
-			message: "ttl must be positive",
+			message: "exactly one of spec.token or spec.oidc must be set",
 		},
 		{
 			name: "provider config allowing an http issuer",
@@ -92,51 +99,45 @@ func TestCreateValidation(t *testing.T) {
 			name:    "access request with neither token nor oidc",
 			obj:     fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.Token = nil },
-			message: "exactly one of spec.token and spec.oidc must be set",
-		},
-		{
-			name:    "access request without any reference",
-			obj:     fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
-			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.ClusterRef = nil },
-			message: "at least one of spec.clusterRef and spec.requestRef must be set",
+			message: "exactly one of spec.token or spec.oidc must be set",
 		},
 		{
 			name:    "oidc issuer with a non-http scheme",
 			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.Issuer = "ftp://oidc.example.com" },
-			message: "issuer must be an http or https URL",
+			message: "spec.oidc.issuer in body should match",
 		},
 		{
 			name:    "oidc issuer that is no URL",
 			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.Issuer = "oidc.example.com" },
-			message: "issuer must be an http or https URL",
+			message: "spec.oidc.issuer in body should match",
 		},
 		{
 			name:    "oidc with an empty client ID",
 			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.ClientID = "" },
-			message: "clientID must not be empty",
+			message: "spec.oidc.clientID in body should be at least 1 chars long",
 		},
 		{
 			name:    "oidc name that is no DNS subdomain",
 			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.Name = "My_OIDC" },
-			message: "name must be a DNS subdomain",
+			message: "spec.oidc.name in body should match",
 		},
 		{
-			name: "role ref of kind Role without a namespace",
-			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			name:    "oidc name system, which openMCP reserves",
+			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.Name = "system" },
+			message: "'system' is a reserved string and may not be used as OIDC provider name",
+		},
+		{
+			name: "cluster profile with a version shorter than 5 characters",
+			obj:  fromYAML(t, validClusterProfile, &clustersv1alpha1.ClusterProfile{}),
 			mutate: func(o client.Object) {
-				o.(*clustersv1alpha1.AccessRequest).Spec.Token.RoleRefs[0].Kind = "Role"
+				o.(*clustersv1alpha1.ClusterProfile).Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37"}}
 			},
-			message: "a roleRef of kind Role needs a namespace",
-		},
-		{
-			name:    "cluster without a profile",
-			obj:     fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
-			mutate:  func(o client.Object) { o.(*clustersv1alpha1.Cluster).Spec.Profile = "" },
-			message: "spec.profile",
+			message: "spec.supportedVersions[0].version in body should be at least 5 chars long",
 		},
 		{
 			name:    "cluster with an unknown tenancy",
@@ -198,7 +199,7 @@ func TestUpdateValidation(t *testing.T) {
 			name:    "cluster profile change",
 			obj:     fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.Cluster).Spec.Profile = "default.local.other" },
-			message: "spec.profile is immutable",
+			message: "profile is immutable",
 		},
 		{
 			name:   "cluster purposes change",
@@ -206,10 +207,17 @@ func TestUpdateValidation(t *testing.T) {
 			mutate: func(o client.Object) { o.(*clustersv1alpha1.Cluster).Spec.Purposes = []string{"mcp"} },
 		},
 		{
+			name: "cluster clusterConfigs change",
+			obj:  fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.Cluster).Spec.ClusterConfigs = []corev1.LocalObjectReference{{Name: "config"}}
+			},
+		},
+		{
 			name:    "access request clusterRef change",
 			obj:     fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.ClusterRef.Name = "c2" },
-			message: "spec.clusterRef is immutable once set",
+			message: "spec.clusterRef: Invalid value: clusterRef is immutable",
 		},
 		{
 			name: "access request clusterRef removal",
@@ -219,13 +227,23 @@ func TestUpdateValidation(t *testing.T) {
 				ar.Spec.RequestRef = ar.Spec.ClusterRef.DeepCopy()
 				ar.Spec.ClusterRef = nil
 			},
-			message: "spec.clusterRef is immutable once set",
+			message: "clusterRef may not be removed once set",
 		},
 		{
 			name:    "access request requestRef change",
 			obj:     fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.RequestRef.Namespace = "ns2" },
-			message: "spec.requestRef is immutable once set",
+			message: "spec.requestRef: Invalid value: requestRef is immutable",
+		},
+		{
+			name: "access request requestRef removal",
+			obj:  fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				ar := o.(*clustersv1alpha1.AccessRequest)
+				ar.Spec.ClusterRef = ar.Spec.RequestRef.DeepCopy()
+				ar.Spec.RequestRef = nil
+			},
+			message: "requestRef may not be removed once set",
 		},
 		{
 			name: "access request clusterRef filled in from the request",
@@ -238,7 +256,15 @@ func TestUpdateValidation(t *testing.T) {
 			name:    "cluster request purpose change",
 			obj:     &clustersv1alpha1.ClusterRequest{Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}},
 			mutate:  func(o client.Object) { o.(*clustersv1alpha1.ClusterRequest).Spec.Purpose = "workload" },
-			message: "spec.purpose is immutable",
+			message: "spec is immutable",
+		},
+		{
+			name: "cluster request waitForClusterDeletion set later",
+			obj:  &clustersv1alpha1.ClusterRequest{Spec: clustersv1alpha1.ClusterRequestSpec{Purpose: "mcp"}},
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.ClusterRequest).Spec.WaitForClusterDeletion = ptr.To(true)
+			},
+			message: "spec is immutable",
 		},
 		{
 			name: "provider config backend change",
@@ -281,8 +307,221 @@ func TestUpdateValidation(t *testing.T) {
 
 // setNamespace puts namespaced objects into ns; cluster-scoped kinds are left alone.
 func setNamespace(obj client.Object, ns string) {
-	if _, ok := obj.(*providersv1alpha1.ProviderConfig); ok {
+	switch obj.(type) {
+	case *providersv1alpha1.ProviderConfig, *clustersv1alpha1.ClusterProfile:
+		return
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok && u.GetKind() == "ClusterProfile" {
 		return
 	}
 	obj.SetNamespace(ns)
+}
+
+// TestCreateValidationOfRequiredFields checks, with manifests (the Go types always write these
+// fields), that the fields openMCP requires are required: leaving one out, or setting a required
+// list to null, is rejected.
+func TestCreateValidationOfRequiredFields(t *testing.T) {
+	tests := []struct {
+		name     string
+		manifest string
+		message  string
+	}{
+		{
+			name: "cluster without a profile",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: Cluster
+metadata: {generateName: cl-}
+spec: {tenancy: Shared}`,
+			message: "spec.profile: Required value",
+		},
+		{
+			name: "cluster with an empty list of purposes",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: Cluster
+metadata: {generateName: cl-}
+spec: {profile: default.local.p1, tenancy: Shared, purposes: []}`,
+			message: "spec.purposes in body should have at least 1 items",
+		},
+		{
+			name: "cluster profile without supportedVersions",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: ClusterProfile
+metadata: {generateName: default.local.cp-}
+spec: {providerRef: {name: local}, providerConfigRef: {name: p1}}`,
+			message: "spec.supportedVersions: Required value",
+		},
+		{
+			name: "cluster profile with null supportedVersions",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: ClusterProfile
+metadata: {generateName: default.local.cp-}
+spec: {providerRef: {name: local}, providerConfigRef: {name: p1}, supportedVersions: null}`,
+			message: "spec.supportedVersions: Required value",
+		},
+		{
+			name: "access request clusterRef without a namespace",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: AccessRequest
+metadata: {generateName: ar-}
+spec: {clusterRef: {name: c1}, token: {}}`,
+			message: "spec.clusterRef.namespace: Required value",
+		},
+		{
+			name: "access request requestRef without a namespace",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: AccessRequest
+metadata: {generateName: ar-}
+spec: {requestRef: {name: r1}, token: {}}`,
+			message: "spec.requestRef.namespace: Required value",
+		},
+		{
+			name: "oidc access request without roleBindings",
+			manifest: `
+apiVersion: clusters.openmcp.cloud/v1alpha1
+kind: AccessRequest
+metadata: {generateName: ar-}
+spec:
+  clusterRef: {name: c1, namespace: ns1}
+  oidc: {name: my-oidc, issuer: https://oidc.example.com, clientID: my-client}`,
+			message: "spec.oidc.roleBindings: Required value",
+		},
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := fromYAML(t, tt.manifest, &unstructured.Unstructured{})
+			setNamespace(obj, ns)
+			err := env.Client.Create(ctx, obj)
+			require.Error(t, err)
+			assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
+			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+}
+
+// TestCreateAcceptsWhatOpenMCPAccepts: objects that openMCP's CRDs accept and that this
+// provider's controllers handle (with a condition saying what is wrong, or by ignoring a field
+// they do not use) are accepted; this provider once rejected each of them.
+func TestCreateAcceptsWhatOpenMCPAccepts(t *testing.T) {
+	tests := []struct {
+		name   string
+		obj    client.Object
+		mutate func(client.Object)
+	}{
+		{
+			name:   "access request with a ttl of zero (deleted at once)",
+			obj:    fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.TTL = &metav1.Duration{} },
+		},
+		{
+			name:   "access request without any reference (waits with reason NoReference)",
+			obj:    fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) { o.(*clustersv1alpha1.AccessRequest).Spec.ClusterRef = nil },
+		},
+		{
+			name: "access request with an empty reference namespace (the request's own)",
+			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Spec.ClusterRef = &common.ObjectReference{Name: "c1"}
+			},
+		},
+		{
+			name: "role ref of kind Role without a namespace (denied with reason InvalidPermissions)",
+			obj:  fromYAML(t, validTokenAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Spec.Token.RoleRefs[0].Kind = "Role"
+			},
+		},
+		{
+			name: "oidc issuer with http (denied with reason InvalidOIDC)",
+			obj:  fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.Issuer = "http://oidc.example.com"
+			},
+		},
+		{
+			name: "oidc with a long client ID",
+			obj:  fromYAML(t, validOIDCAccessRequest, &clustersv1alpha1.AccessRequest{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.AccessRequest).Spec.OIDC.ClientID = strings.Repeat("c", 1000)
+			},
+		},
+		{
+			name:   "cluster with an empty profile (no provider serves it)",
+			obj:    fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
+			mutate: func(o client.Object) { o.(*clustersv1alpha1.Cluster).Spec.Profile = "" },
+		},
+		{
+			name: "cluster with clusterConfigs",
+			obj:  fromYAML(t, validCluster, &clustersv1alpha1.Cluster{}),
+			mutate: func(o client.Object) {
+				o.(*clustersv1alpha1.Cluster).Spec.ClusterConfigs = []corev1.LocalObjectReference{{Name: "a"}, {Name: "b"}}
+			},
+		},
+	}
+	ctx := context.Background()
+	ns := env.Namespace(t)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := tt.obj.DeepCopyObject().(client.Object)
+			setNamespace(obj, ns)
+			tt.mutate(obj)
+			require.NoError(t, env.Client.Create(ctx, obj))
+		})
+	}
+
+	t.Run("access request without spec", func(t *testing.T) {
+		obj := fromYAML(t, "{apiVersion: clusters.openmcp.cloud/v1alpha1, kind: AccessRequest, metadata: {generateName: ar-}}", &unstructured.Unstructured{})
+		setNamespace(obj, ns)
+		require.NoError(t, env.Client.Create(ctx, obj))
+	})
+}
+
+// TestGoTypesWriteRequiredFields: objects built in Go with the required lists left nil are
+// accepted, for the Go types write them as []. The provider publishes a ClusterProfile without
+// versions when its backend serves none, and OIDC requests often have no role bindings.
+func TestGoTypesWriteRequiredFields(t *testing.T) {
+	ctx := context.Background()
+	ns := env.Namespace(t)
+
+	cp := &clustersv1alpha1.ClusterProfile{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "default.local.cp-"},
+		Spec: clustersv1alpha1.ClusterProfileSpec{
+			ProviderRef:       common.LocalObjectReference{Name: "local"},
+			ProviderConfigRef: common.LocalObjectReference{Name: "p1"},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, cp), "a ClusterProfile without versions")
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(clustersv1alpha1.GroupVersion.WithKind("ClusterProfile"))
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cp), got))
+	versions, found, err := unstructured.NestedSlice(got.Object, "spec", "supportedVersions")
+	require.NoError(t, err)
+	assert.True(t, found, "supportedVersions is stored")
+	assert.Empty(t, versions)
+
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "ar-"},
+		Spec: clustersv1alpha1.AccessRequestSpec{
+			ClusterRef: &common.ObjectReference{Name: "c1"},
+			OIDC: &clustersv1alpha1.OIDCConfig{OIDCProviderConfig: common.OIDCProviderConfig{
+				Name: "my-oidc", Issuer: "https://oidc.example.com", ClientID: "my-client",
+			}},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, ar), "an OIDC AccessRequest without role bindings, its clusterRef without a namespace")
+
+	// openMCP's defaults for the claims are applied by the API server.
+	stored := &clustersv1alpha1.AccessRequest{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(ar), stored))
+	assert.Equal(t, common.DefaultOIDCUsernameClaim, stored.Spec.OIDC.UsernameClaim)
+	assert.Equal(t, common.DefaultOIDCGroupsClaim, stored.Spec.OIDC.GroupsClaim)
+	assert.Empty(t, stored.Spec.OIDC.RoleBindings)
 }

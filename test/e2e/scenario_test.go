@@ -104,14 +104,16 @@ func TestScenarioOnKind(t *testing.T) {
 }
 
 // portForward forwards the port of endpoint from the operator's pod to 127.0.0.1 until the test
-// ends, and returns the local URL.
+// ends, and returns the local URL. The operator is Deployment $E2E_OPERATOR_DEPLOYMENT (default
+// cluster-provider) in namespace $E2E_OPERATOR_NAMESPACE (default cluster-provider-system, where
+// deploy/default puts it; openMCP's operator makes cp-<name> in its own namespace).
 func portForward(t *testing.T, kubeconfig, endpoint string) string {
 	t.Helper()
 	port, err := scenario.Port(endpoint)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "-n", "cluster-provider-system",
-		"port-forward", "deploy/cluster-provider", port+":"+port)
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", kubeconfig, "-n", envOr("E2E_OPERATOR_NAMESPACE", "cluster-provider-system"),
+		"port-forward", "deploy/"+envOr("E2E_OPERATOR_DEPLOYMENT", "cluster-provider"), port+":"+port)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

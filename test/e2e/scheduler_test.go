@@ -62,7 +62,7 @@ func TestSchedulerFlow(t *testing.T) {
 	cl = waitReady(t, cl)
 
 	ar := readSample(t, "accessrequest-by-request.yaml", &clustersv1alpha1.AccessRequest{})
-	ar.Namespace = ns
+	ar.Namespace, ar.Spec.RequestRef.Namespace = ns, ns
 	require.NoError(t, env.Client.Create(ctx, ar))
 	kubeconfigFile := waitKubeconfig(t, ar)
 	kubectlPath(t) // skips the test without kubectl, from the test's goroutine

@@ -1,25 +1,30 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/openmcp-local/cluster-provider/api/common"
 )
 
-// AccessRequestSpec asks for access to a cluster, by token or by OIDC.
+// AccessRequestSpec asks for access to a cluster, by token or by OIDC. clusterRef and requestRef
+// cannot change or be removed once set. A request with neither is accepted (as by openMCP) and
+// waits: the central AccessRequest controller reports that it has no reference.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.token) != has(self.oidc)",message="exactly one of spec.token and spec.oidc must be set"
-// +kubebuilder:validation:XValidation:rule="has(self.clusterRef) || has(self.requestRef)",message="at least one of spec.clusterRef and spec.requestRef must be set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterRef) || (has(self.clusterRef) && self.clusterRef == oldSelf.clusterRef)",message="spec.clusterRef is immutable once set"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.requestRef) || (has(self.requestRef) && self.requestRef == oldSelf.requestRef)",message="spec.requestRef is immutable once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.clusterRef) || has(self.clusterRef)",message="clusterRef may not be removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.requestRef) || has(self.requestRef)",message="requestRef may not be removed once set"
+// +kubebuilder:validation:XValidation:rule="(has(self.token) && !has(self.oidc)) || (!has(self.token) && has(self.oidc))",message="exactly one of spec.token or spec.oidc must be set"
 type AccessRequestSpec struct {
 	// ClusterRef references the Cluster to access. It takes precedence over requestRef; the
 	// central AccessRequest controller fills it from requestRef when empty.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="clusterRef is immutable"
 	// +optional
 	ClusterRef *common.ObjectReference `json:"clusterRef,omitempty"`
 
 	// RequestRef references a ClusterRequest whose granted Cluster is to be accessed.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requestRef is immutable"
 	// +optional
 	RequestRef *common.ObjectReference `json:"requestRef,omitempty"`
 
@@ -32,8 +37,8 @@ type AccessRequestSpec struct {
 	OIDC *OIDCConfig `json:"oidc,omitempty"`
 
 	// TTL limits the access's lifetime, counted from the AccessRequest's creationTimestamp: the
-	// AccessRequest is deleted when it ends, and no token outlives it.
-	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="ttl must be positive, e.g. 8h"
+	// AccessRequest is deleted when it ends, and no token outlives it. A TTL that is not
+	// positive has ended at once.
 	// +optional
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 }
@@ -78,6 +83,17 @@ type OIDCConfig struct {
 	Roles []PermissionsRequest `json:"roles,omitempty"`
 }
 
+// MarshalJSON writes c like encoding/json does, except that a nil roleBindings is written as []
+// rather than null: the field is required, and the API server does not accept null for it.
+func (c OIDCConfig) MarshalJSON() ([]byte, error) {
+	type plain OIDCConfig // the same fields without this method
+	p := plain(c)
+	if p.RoleBindings == nil {
+		p.RoleBindings = []common.RoleBindings{}
+	}
+	return json.Marshal(p)
+}
+
 // AccessRequestStatus is the observed state of an AccessRequest. Phase is Pending, Granted or
 // Denied.
 type AccessRequestStatus struct {
@@ -94,8 +110,9 @@ type AccessRequestStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=ar
+// +kubebuilder:resource:shortName=ar;areq
 // +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
+// +kubebuilder:selectablefield:JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/provider"
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/profile",priority=1
@@ -105,7 +122,7 @@ type AccessRequest struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   AccessRequestSpec   `json:"spec"`
+	Spec   AccessRequestSpec   `json:"spec,omitempty"`
 	Status AccessRequestStatus `json:"status,omitempty"`
 }
 

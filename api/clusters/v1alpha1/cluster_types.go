@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -21,17 +22,22 @@ const (
 // ClusterSpec is the desired state of a Cluster.
 type ClusterSpec struct {
 	// Profile names the ClusterProfile of this cluster. It decides which ClusterProvider is
-	// responsible and cannot be changed.
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.profile is immutable; delete and recreate the Cluster to change it"
+	// responsible and cannot be changed: delete and recreate the Cluster to change it.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="profile is immutable"
 	Profile string `json:"profile"`
+
+	// ClusterConfigs references provider-specific cluster configuration objects in the Cluster's
+	// namespace; their kind depends on the provider the profile names. The local and kind
+	// backends of this provider have none and ignore the field.
+	// +optional
+	ClusterConfigs []corev1.LocalObjectReference `json:"clusterConfigs,omitempty"`
 
 	// Kubernetes holds the desired Kubernetes configuration.
 	// +optional
 	Kubernetes K8sConfiguration `json:"kubernetes,omitempty"`
 
-	// Purposes of this cluster, evaluated by the scheduler.
+	// Purposes of this cluster, evaluated by the scheduler. If set, it must not be empty.
+	// +kubebuilder:validation:MinItems=1
 	// +optional
 	Purposes []string `json:"purposes,omitempty"`
 
@@ -81,8 +87,8 @@ type Endpoint struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=cl
 // +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
+// +kubebuilder:selectablefield:JSONPath=".spec.profile"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Profile",type=string,JSONPath=".spec.profile"
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".metadata.labels.clusters\\.openmcp\\.cloud/provider"

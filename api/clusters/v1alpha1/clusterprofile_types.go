@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/openmcp-local/cluster-provider/api/common"
@@ -15,15 +17,28 @@ type ClusterProfileSpec struct {
 	// used as a label value, so it must be a valid one.
 	ProviderConfigRef common.LocalObjectReference `json:"providerConfigRef"`
 
-	// SupportedVersions lists the Kubernetes versions clusters of this profile can run.
-	// +optional
-	SupportedVersions []SupportedK8sVersion `json:"supportedVersions,omitempty"`
+	// SupportedVersions lists the Kubernetes versions clusters of this profile can run. It is
+	// required, as in openMCP, and may be empty: it is always written, as [] when empty (see
+	// MarshalJSON).
+	SupportedVersions []SupportedK8sVersion `json:"supportedVersions"`
+}
+
+// MarshalJSON writes spec like encoding/json does, except that a nil supportedVersions is
+// written as [] rather than null: the field is required, and the API server does not accept
+// null for it.
+func (s ClusterProfileSpec) MarshalJSON() ([]byte, error) {
+	type plain ClusterProfileSpec // the same fields without this method
+	p := plain(s)
+	if p.SupportedVersions == nil {
+		p.SupportedVersions = []SupportedK8sVersion{}
+	}
+	return json.Marshal(p)
 }
 
 // SupportedK8sVersion is one Kubernetes version a profile supports.
 type SupportedK8sVersion struct {
 	// Version is a semantic version, e.g. 1.33.3.
-	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MinLength=5
 	Version string `json:"version"`
 
 	// Deprecated versions still work but should not be chosen for new clusters.
@@ -35,8 +50,10 @@ type SupportedK8sVersion struct {
 // configuration. It has no status.
 //
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=cprof
+// +kubebuilder:resource:scope=Cluster,shortName=cprof;profile
 // +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
+// +kubebuilder:selectablefield:JSONPath=".spec.providerRef.name"
+// +kubebuilder:selectablefield:JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=".spec.providerRef.name"
 // +kubebuilder:printcolumn:name="Config",type=string,JSONPath=".spec.providerConfigRef.name"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"

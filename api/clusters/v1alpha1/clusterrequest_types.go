@@ -6,11 +6,12 @@ import (
 	"github.com/openmcp-local/cluster-provider/api/common"
 )
 
-// ClusterRequestSpec asks the scheduler for a cluster of a purpose.
+// ClusterRequestSpec asks the scheduler for a cluster of a purpose. It cannot be changed once
+// the ClusterRequest exists.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable"
 type ClusterRequestSpec struct {
-	// Purpose of the requested cluster. It cannot be changed.
+	// Purpose of the requested cluster.
 	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.purpose is immutable"
 	Purpose string `json:"purpose"`
 
 	// WaitForClusterDeletion keeps the ClusterRequest, once it is deleted, until the Cluster the
@@ -22,11 +23,13 @@ type ClusterRequestSpec struct {
 
 // ClusterRequestStatus is the observed state of a ClusterRequest. Phase is Pending, Granted or
 // Denied.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cluster) || (has(self.cluster) && self.cluster == oldSelf.cluster)",message="status.cluster cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.cluster) || has(self.cluster)",message="cluster may not be removed once set"
 type ClusterRequestStatus struct {
 	common.Status `json:",inline"`
 
-	// Cluster references the Cluster assigned to this request once it is Granted.
+	// Cluster references the Cluster assigned to this request once it is Granted. Once set, it
+	// can neither change nor be removed.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cluster is immutable"
 	// +optional
 	Cluster *common.ObjectReference `json:"cluster,omitempty"`
 }
@@ -35,8 +38,10 @@ type ClusterRequestStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=cr
+// +kubebuilder:resource:shortName=cr;creq
 // +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
+// +kubebuilder:selectablefield:JSONPath=".spec.purpose"
+// +kubebuilder:selectablefield:JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Purpose",type=string,JSONPath=".spec.purpose"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=".status.cluster.name"

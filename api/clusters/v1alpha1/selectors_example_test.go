@@ -52,7 +52,8 @@ matchPurposes:
 }
 
 // A nil list of identities matches every object, an empty one matches none; both survive a YAML
-// round trip.
+// round trip. An identity's name and namespace are always written, empty ones included (both are
+// required, as in openMCP).
 func ExampleIdentitySelector() {
 	platform := &v1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: "platform", Namespace: "default"}}
 
@@ -77,5 +78,5 @@ func ExampleIdentitySelector() {
 	// matchIdentities: [{name: platform, namespace: default}] -> empty=false matches=true valid=true encoded="matchIdentities:\n- name: platform\n  namespace: default\n"
 	// matchIdentities: null                                   -> empty=true matches=true valid=true encoded="matchIdentities: null\n"
 	// matchIdentities: []                                     -> empty=false matches=false valid=true encoded="matchIdentities: []\n"
-	// matchIdentities: [{name: ""}]                           -> empty=false matches=false valid=false encoded="matchIdentities:\n- name: \"\"\n"
+	// matchIdentities: [{name: ""}]                           -> empty=false matches=false valid=false encoded="matchIdentities:\n- name: \"\"\n  namespace: \"\"\n"
 }

@@ -93,7 +93,7 @@ type ProviderConfigStatus struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=pc
+// +kubebuilder:resource:scope=Cluster,shortName=pcfg
 // +kubebuilder:metadata:labels="openmcp.cloud/cluster=platform"
 // +kubebuilder:printcolumn:name="Backend",type=string,JSONPath=".spec.backend"
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=".status.phase"
