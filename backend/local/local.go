@@ -175,7 +175,7 @@ func (b *Backend) Start(ctx context.Context) error {
 	}
 	clusters, err := b.opts.ListClusters(ctx)
 	if err != nil {
-		return fmt.Errorf("local backend: listing Clusters to adopt their folders: %w", err)
+		return fmt.Errorf("local backend: listing Clusters to adopt their folders (no folder is moved or deleted): %w", err)
 	}
 	byUID := map[types.UID]*clustersv1alpha1.Cluster{}
 	for i := range clusters {
@@ -190,10 +190,16 @@ func (b *Backend) Start(ctx context.Context) error {
 		dir := filepath.Join(b.opts.StateDir, e.Name())
 		cl := byUID[types.UID(e.Name())]
 		if cl == nil {
-			b.log.Info("Removing the folder of a Cluster that no longer exists", "dir", dir)
-			if err := os.RemoveAll(dir); err != nil {
-				b.log.Error(err, "Removing a stale cluster folder failed", "dir", dir)
+			// Never deleted: the Cluster may be there and not seen (QuarantineDir says how to
+			// restore or purge it).
+			to, err := quarantine(b.opts.StateDir, e.Name(), time.Now())
+			if err != nil {
+				b.log.Error(err, "No Cluster has the UID of a cluster folder, and moving it aside failed; it stays where it is", "dir", dir)
+				continue
 			}
+			metricQuarantined.Inc()
+			b.log.Error(nil, "No Cluster has the UID of a cluster folder: moved it aside, not deleted. Restore it by moving it back under the UID of its Cluster, or delete it",
+				"dir", dir, "movedTo", to, "uid", e.Name())
 			continue
 		}
 		m, err := readMeta(dir)

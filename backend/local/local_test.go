@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -157,12 +158,23 @@ func processGone(pid int) bool {
 func TestClusterLifecycle(t *testing.T) {
 	stateDir := t.TempDir()
 	cl := newCluster("one")
-	stale := filepath.Join(stateDir, string(uuid.NewUUID()))
-	require.NoError(t, os.MkdirAll(stale, 0o700))
+	staleUID := string(uuid.NewUUID())
+	stale := filepath.Join(stateDir, staleUID)
+	require.NoError(t, os.MkdirAll(filepath.Join(stale, "etcd"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(stale, "etcd", "data"), []byte("someone's data"), 0o600))
+	quarantined := testutil.ToFloat64(metricQuarantined)
 
 	h := startBackend(t, stateDir, 1, cl)
 	s := h.await(cl, "complete", complete)
-	assert.NoDirExists(t, stale, "the folder of a Cluster that does not exist is removed at start")
+	// The folder of a Cluster the backend cannot find is moved aside, never deleted.
+	assert.NoDirExists(t, stale, "the folder of a Cluster that is not found is moved away")
+	moved, err := filepath.Glob(filepath.Join(stateDir, QuarantineDir, staleUID+"-*"))
+	require.NoError(t, err)
+	require.Len(t, moved, 1, "moved to %s/<uid>-<time>", QuarantineDir)
+	data, err := os.ReadFile(filepath.Join(moved[0], "etcd", "data"))
+	require.NoError(t, err)
+	assert.Equal(t, "someone's data", string(data), "with everything in it")
+	assert.Equal(t, quarantined+1, testutil.ToFloat64(metricQuarantined))
 	assert.Equal(t, "1.37.1", s.Version, "the running API server's /version")
 	assert.Equal(t, backend.ReasonRunning, s.Reason)
 	assert.Equal(t, s.Endpoint, s.Endpoints[backend.EndpointAPIServerExternal])

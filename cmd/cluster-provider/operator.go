@@ -149,6 +149,7 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 					Environment:   o.Environment,
 					Namespace:     o.AccessNamespace,
 					TokenValidity: o.TokenValidity,
+					SecretReader:  mgr.GetAPIReader(),
 				},
 			},
 			Backends:     backends,

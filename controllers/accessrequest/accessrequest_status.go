@@ -32,6 +32,9 @@ const (
 	// ReasonNameConflict: a (Cluster)Role or binding of the requested name exists in the cluster
 	// and was not made for this request.
 	ReasonNameConflict = "NameConflict"
+	// ReasonSecretConflict: the request's kubeconfig Secret (<name>.kubeconfig) exists and is not
+	// controlled by the request: it is never written or deleted; the message names it.
+	ReasonSecretConflict = "SecretConflict"
 	// ReasonNamespaceNotFound: a permission's namespace does not exist and its automatic creation
 	// is disabled; the request is granted once someone creates it.
 	ReasonNamespaceNotFound = "NamespaceNotFound"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,6 +58,11 @@ type Options struct {
 	Clock clock.PassiveClock
 	// WrapTransport wraps the transport of every request to a cluster (tests count them).
 	WrapTransport transport.WrapperFunc
+	// SecretReader reads a request's kubeconfig Secret from the API server when the cache, which
+	// holds only the Secrets the provider labelled, has none: a Secret of that name made by someone
+	// else must be seen, so that it is never written or deleted. The operator sets the manager's
+	// API reader; nil reads the cache only.
+	SecretReader client.Reader
 }
 
 // WithDefaults returns o with its defaults filled in.
@@ -139,15 +145,20 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 
 	g := &grant{ar: ar, cl: cl, now: now, fresh: !controllerutil.ContainsFinalizer(ar, kit.Finalizer(r.ProviderName)),
 		id: RequestID(r.Options.Environment, r.ProviderName, ar.Namespace, ar.Name)}
+	// The Secret is checked first: one the request does not control is never written, and nothing
+	// is made in the cluster for a request that cannot have its Secret.
+	if g.secret, err = r.secret(ctx, ar); err != nil {
+		return reconcile.Result{}, err
+	}
+	if res, stop, err := r.checkSecretOwner(ctx, ar, base, g.secret); stop {
+		return res, err
+	}
 	if err := kit.AddFinalizer(ctx, r.Client, ar, kit.Finalizer(r.ProviderName)); err != nil {
 		return reconcile.Result{}, err
 	}
 	g.base = ar.DeepCopy()
 	if g.cfg, err = r.Backend.AdminConfig(ctx, cl); err != nil {
 		return r.retry(ctx, ar, g.base, fmt.Errorf("reaching the cluster: %w", err))
-	}
-	if g.secret, err = r.secret(ctx, ar); err != nil {
-		return reconcile.Result{}, err
 	}
 	// The Secret records the generation it was granted for, and is written before the status: a
 	// reconcile that reads a Secret the informer delivered, but a request from before the status
@@ -217,14 +228,22 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if cl != nil && cl.DeletionTimestamp.IsZero() && r.Backend != nil {
-		if cl.Status.Phase != common.PhaseReady {
-			// The Cluster watch brings the request back once the Cluster is Ready again.
-			return r.pending(ctx, ar, ar.DeepCopy(), ReasonRevoking, fmt.Sprintf("waiting for Cluster %s to be Ready to revoke the access", clusterKey(ar)))
+	// A Cluster that is gone or being deleted takes the access with it: nothing is left to revoke.
+	// Otherwise the access is revoked before the finalizer goes, however long the cluster is
+	// unreachable: the request says why it waits and is looked at again every retryRevoke (and
+	// at once when the Cluster becomes Ready); deleting the Cluster releases it.
+	if cl != nil && cl.DeletionTimestamp.IsZero() {
+		switch {
+		case r.Backend == nil:
+			return r.revokeLater(ctx, ar, ReasonBackendUnavailable, fmt.Sprintf(
+				"backend %q of profile %s does not run in this operator: the access to Cluster %s cannot be revoked yet", r.BackendName, r.Profile, clusterKey(ar)))
+		case cl.Status.Phase != common.PhaseReady:
+			return r.revokeLater(ctx, ar, ReasonRevoking, fmt.Sprintf(
+				"waiting for Cluster %s to be Ready (phase %q) to revoke the access", clusterKey(ar), cl.Status.Phase))
 		}
 		cfg, err := r.Backend.AdminConfig(ctx, cl)
 		if err != nil {
-			return reconcile.Result{}, fmt.Errorf("reaching the cluster to revoke the access: %w", err)
+			return r.revokeLater(ctx, ar, ReasonRevoking, fmt.Sprintf("reaching Cluster %s to revoke the access: %v", clusterKey(ar), err))
 		}
 		t, err := r.target(cfg)
 		if err != nil {
@@ -245,9 +264,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 			}
 		}
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ar.Namespace, Name: SecretName(ar.Name)}}
-	if err := r.Client.Delete(ctx, secret); client.IgnoreNotFound(err) != nil {
-		return reconcile.Result{}, fmt.Errorf("deleting Secret %s: %w", secret.Name, err)
+	// Only the request's own Secret goes; one of that name it does not control is left alone.
+	secret, err := r.secret(ctx, ar)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if secret != nil && metav1.IsControlledBy(secret, ar) {
+		err := r.Client.Delete(ctx, secret, client.Preconditions{UID: &secret.UID})
+		if client.IgnoreNotFound(err) != nil {
+			return reconcile.Result{}, fmt.Errorf("deleting Secret %s: %w", secret.Name, err)
+		}
 	}
 	if err := kit.RemoveFinalizer(ctx, r.Client, ar, finalizer); err != nil {
 		return reconcile.Result{}, err
@@ -255,6 +281,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, ar *clustersv1alpha1.A
 	log.FromContext(ctx).Info("Revoked the access", "cluster", clusterKey(ar))
 	r.Event(ar, corev1.EventTypeNormal, "Revoked", "Revoke", "The access to Cluster %s is revoked", clusterKey(ar))
 	return reconcile.Result{}, nil
+}
+
+// retryRevoke is how often a deleted request whose access cannot be revoked yet is looked at
+// again.
+const retryRevoke = 30 * time.Second
+
+// revokeLater keeps the deleted request ar, and its finalizer, with a Pending status that says why
+// its access is not revoked yet and how it is released, and looks at it again after retryRevoke.
+func (r *Reconciler) revokeLater(ctx context.Context, ar *clustersv1alpha1.AccessRequest, reason, why string) (reconcile.Result, error) {
+	res, err := r.pending(ctx, ar, ar.DeepCopy(), reason, why+fmt.Sprintf("; retried every %s, and deleting the Cluster releases the request", retryRevoke))
+	if err == nil {
+		res.RequeueAfter = retryRevoke
+	}
+	return res, err
 }
 
 // grantFailed reports an error of granting: one the user must fix denies the request (a missing
@@ -337,16 +377,49 @@ func (r *Reconciler) cluster(ctx context.Context, ar *clustersv1alpha1.AccessReq
 	return cl, nil
 }
 
-// secret returns ar's kubeconfig Secret from the cache, or nil.
+// secret returns ar's kubeconfig Secret, from the cache or else (Options.SecretReader) the API
+// server, or nil.
 func (r *Reconciler) secret(ctx context.Context, ar *clustersv1alpha1.AccessRequest) (*corev1.Secret, error) {
+	key := client.ObjectKey{Namespace: ar.Namespace, Name: SecretName(ar.Name)}
 	s := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ar.Namespace, Name: SecretName(ar.Name)}, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
+	err := r.Client.Get(ctx, key, s)
+	if apierrors.IsNotFound(err) && r.Options.SecretReader != nil {
+		err = r.Options.SecretReader.Get(ctx, key, s) // an unlabelled Secret is not in the cache
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading Secret %s: %w", SecretName(ar.Name), err)
 	}
 	return s, nil
+}
+
+// retrySecretOfPrevious is how soon a request looks again at a Secret of its name left by an
+// earlier AccessRequest of the same name, which the garbage collector is about to delete.
+const retrySecretOfPrevious = 5 * time.Second
+
+// checkSecretOwner stops the grant (stop true, with the result to return) when ar's kubeconfig
+// Secret exists and is not controlled by ar: one left by a deleted AccessRequest of the same name
+// (its owner reference names it, with another UID) keeps ar Pending until the garbage collector
+// deletes it; any other is someone else's, never written or deleted, and ar is Denied with a
+// reason that names it.
+func (r *Reconciler) checkSecretOwner(ctx context.Context, ar, base *clustersv1alpha1.AccessRequest, s *corev1.Secret) (res reconcile.Result, stop bool, err error) {
+	if s == nil || metav1.IsControlledBy(s, ar) {
+		return reconcile.Result{}, false, nil
+	}
+	if owner := metav1.GetControllerOf(s); owner != nil && owner.Kind == "AccessRequest" && owner.Name == ar.Name && owner.UID != ar.UID &&
+		strings.HasPrefix(owner.APIVersion, clustersv1alpha1.GroupVersion.Group+"/") {
+		res, err = r.pending(ctx, ar, base, ReasonSecretConflict, fmt.Sprintf(
+			"Secret %s/%s belongs to an earlier AccessRequest %s (UID %s); waiting for the garbage collector to delete it", s.Namespace, s.Name, ar.Name, owner.UID))
+		res.RequeueAfter = retrySecretOfPrevious
+		return res, true, err
+	}
+	log.FromContext(ctx).Info("Not granting: the kubeconfig Secret's name is taken by a Secret this request does not control", "secret", s.Namespace+"/"+s.Name)
+	res, err = r.deny(ctx, ar, base, ReasonSecretConflict, fmt.Sprintf(
+		"Secret %s/%s exists and was not made for this AccessRequest; it is left untouched. Delete or rename that Secret, then change the request's spec or create it again",
+		s.Namespace, s.Name))
+	return res, true, err
 }
 
 // writeSecret writes data into ar's kubeconfig Secret with one server-side apply, owned by ar and

@@ -293,6 +293,25 @@ func TestTokenAccess(t *testing.T) {
 		assert.True(t, apierrors.IsNotFound(env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: accessrequest.SecretName(ar.Name)}, &corev1.Secret{})))
 	})
 
+	t.Run("a Secret of the kubeconfig's name that the request does not control is never touched", func(t *testing.T) {
+		foreign := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: accessrequest.SecretName("taken")},
+			Data:       map[string][]byte{"password": []byte("someone else's")},
+		}
+		require.NoError(t, env.Client.Create(t.Context(), foreign))
+		taken := newRequest(t, ns, "taken", cl.Name, clustersv1alpha1.TokenConfig{RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "view"}}})
+		got := waitRequest(t, client.ObjectKeyFromObject(taken), "Denied", func(c *assert.CollectT, ar *clustersv1alpha1.AccessRequest) {
+			hasGranted(c, ar, common.PhaseDenied, accessrequest.ReasonSecretConflict)
+		})
+		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, accessrequest.ConditionGranted).Message, ns+"/"+foreign.Name)
+		require.NoError(t, env.Client.Delete(t.Context(), taken))
+		gone(t, taken)
+		after := &corev1.Secret{}
+		require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), after))
+		assert.Equal(t, foreign.ResourceVersion, after.ResourceVersion, "the foreign Secret was written to")
+		assert.Equal(t, foreign.Data, after.Data)
+	})
+
 	t.Run("spec.ttl: the request is deleted when it ends, and its token ends no later", func(t *testing.T) {
 		short := newRequest(t, ns, "short", cl.Name, clustersv1alpha1.TokenConfig{}, func(ar *clustersv1alpha1.AccessRequest) {
 			ar.Spec.TTL = &metav1.Duration{Duration: 15 * time.Second}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -125,7 +126,7 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 		Engine:   e,
 		Builder: &profile.Builder{
 			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("cluster-provider"), ProviderName: o.ProviderName,
-			Backends: backends, Access: o.Access,
+			Backends: backends, Access: withSecretReader(o.Access, mgr.GetAPIReader()),
 		},
 		Backends:     backends,
 		ProviderName: o.ProviderName,
@@ -138,4 +139,12 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 	testenv.RunManager(t, ctx, cancel, mgr)
 	<-e.Ready()
 	return &Operator{Engine: e, Local: lb, Manager: mgr}
+}
+
+// withSecretReader sets a's SecretReader, as the operator does, unless the test set one.
+func withSecretReader(a accessrequest.Options, r client.Reader) accessrequest.Options {
+	if a.SecretReader == nil {
+		a.SecretReader = r
+	}
+	return a
 }

@@ -1,0 +1,103 @@
+package accessrequest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// TestRevokeLater: a deleted AccessRequest whose access cannot be revoked yet keeps its
+// finalizer, says why, and is looked at again on a timer (nothing else may bring it back); once
+// its Cluster is being deleted nothing is left to revoke and the finalizer goes. Before, a
+// request whose profile's backend did not run in the operator lost its finalizer at once and
+// left its access in the cluster, and one whose Cluster stayed unready waited for a Cluster event
+// only.
+func TestRevokeLater(t *testing.T) {
+	ctx := t.Context()
+	ns := env.Namespace(t)
+	const profile = "e.artest.revoke"
+	cl := newCluster(t, ns, "unreachable", profile)
+	base := cl.DeepCopy()
+	cl.Status.Phase, cl.Status.ObservedGeneration = common.PhaseReady, cl.Generation
+	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
+
+	ar := newRequest(t, ns, "revoke", cl.Name, clustersv1alpha1.TokenConfig{}, func(ar *clustersv1alpha1.AccessRequest) {
+		ar.Labels = map[string]string{clustersv1alpha1.ProviderLabel: testProvider, clustersv1alpha1.ProfileLabel: profile}
+		ar.Finalizers = []string{kit.Finalizer(testProvider)} // granted before
+		ar.Spec.ClusterRef.Namespace = ns
+	})
+	testenv.HandOver(t, env.Client, ar)
+	require.NoError(t, env.Client.Delete(ctx, ar))
+
+	// The profile's backend does not run in this operator (Backend nil), the Cluster is Ready.
+	r := &accessrequest.Reconciler{ProfileScope: kit.ProfileScope{Client: env.Client, ProviderName: testProvider, Profile: profile, BackendName: "local"},
+		Options: accessrequest.Options{}.WithDefaults()}
+	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, res.RequeueAfter, "looked at again on a timer")
+	got := &clustersv1alpha1.AccessRequest{}
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(ar), got))
+	assert.True(t, controllerutil.ContainsFinalizer(got, kit.Finalizer(testProvider)), "the access is not revoked: the finalizer stays")
+	c := meta.FindStatusCondition(got.Status.Conditions, accessrequest.ConditionGranted)
+	require.NotNil(t, c)
+	assert.Equal(t, accessrequest.ReasonBackendUnavailable, c.Reason)
+	assert.Contains(t, c.Message, "cannot be revoked yet")
+	assert.Contains(t, c.Message, "deleting the Cluster releases the request")
+
+	// The Cluster not Ready: the same, with the reason Revoking.
+	base = cl.DeepCopy()
+	cl.Status.Phase = common.PhaseProgressing
+	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
+	r.Backend = unreachableBackend{}
+	res, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
+	require.NoError(t, err)
+	assert.Equal(t, 30*time.Second, res.RequeueAfter)
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(ar), got))
+	c = meta.FindStatusCondition(got.Status.Conditions, accessrequest.ConditionGranted)
+	require.NotNil(t, c)
+	assert.Equal(t, accessrequest.ReasonRevoking, c.Reason)
+	assert.Contains(t, c.Message, `phase "Progressing"`)
+
+	// The Cluster being deleted: nothing is left to revoke, the finalizer goes.
+	base = cl.DeepCopy()
+	cl.Finalizers = []string{"test/hold"}
+	require.NoError(t, env.Client.Patch(ctx, cl, client.MergeFrom(base)))
+	require.NoError(t, env.Client.Delete(ctx, cl))
+	t.Cleanup(func() {
+		_ = env.Client.Patch(t.Context(), cl, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
+	require.NoError(t, err)
+	gone(t, ar)
+}
+
+// unreachableBackend runs no cluster: every call fails.
+type unreachableBackend struct{}
+
+func (unreachableBackend) Name() string       { return "local" }
+func (unreachableBackend) Versions() []string { return []string{"1.37.1"} }
+func (unreachableBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, string) (backend.State, error) {
+	return backend.State{}, errors.New("unreachable")
+}
+func (unreachableBackend) Delete(context.Context, *clustersv1alpha1.Cluster) (bool, error) {
+	return false, errors.New("unreachable")
+}
+func (unreachableBackend) AdminConfig(context.Context, *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	return nil, errors.New("unreachable")
+}
