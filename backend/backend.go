@@ -14,6 +14,11 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 )
 
+// ServiceAccountIssuer is the issuer (iss) of the service-account tokens of every backend's
+// clusters (kubeadm's default, which kind keeps; the local backend sets it). No OIDC issuer of an
+// AccessRequest may be it.
+const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
 // Backend runs the clusters behind Cluster resources. Every method is safe for concurrent use
 // and returns quickly: none waits for a cluster to start.
 type Backend interface {

@@ -26,6 +26,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // fakeProvider is a kind provider whose Create blocks until release is closed, and whose clusters
@@ -221,7 +222,7 @@ func TestRealKind(t *testing.T) {
 		t.Skip("KIND_NODE_IMAGE is not set: the real kind path runs with make e2e-kind, which sets it")
 	}
 	if err := exec.Command("docker", "info").Run(); err != nil {
-		t.Skipf("no Docker engine answers (docker info: %v): the real kind path cannot run here", err)
+		testenv.MissingTool(t, "a Docker engine (docker info)", err)
 	}
 	notified := make(chan backend.Ref, 1)
 	b, err := New(Options{

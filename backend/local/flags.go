@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
 // The service network of every local cluster. Nothing routes it (no kube-proxy, no nodes), but the
@@ -16,7 +18,7 @@ const (
 	serviceIP   = "10.96.0.1"
 	// serviceAccountIssuer is the iss of service-account tokens. It does not name a port, so
 	// tokens stay valid when the API server's port changes.
-	serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+	serviceAccountIssuer = backend.ServiceAccountIssuer
 )
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").

@@ -32,6 +32,9 @@ const (
 	// ReasonNameConflict: a (Cluster)Role or binding of the requested name exists in the cluster
 	// and was not made for this request.
 	ReasonNameConflict = "NameConflict"
+	// ReasonProfileMismatch: the request's profile label names another profile than the one its
+	// Cluster belongs to; nothing is granted.
+	ReasonProfileMismatch = "ProfileMismatch"
 	// ReasonSecretConflict: the request's kubeconfig Secret (<name>.kubeconfig) exists and is not
 	// controlled by the request: it is never written or deleted; the message names it.
 	ReasonSecretConflict = "SecretConflict"
@@ -76,6 +79,11 @@ func setPhase(ar *clustersv1alpha1.AccessRequest, phase string, status metav1.Co
 // grantedForGeneration reports whether ar is Granted for its current spec.
 func grantedForGeneration(ar *clustersv1alpha1.AccessRequest) bool {
 	return ar.Status.Phase == common.PhaseGranted && ar.Status.ObservedGeneration == ar.Generation
+}
+
+// deniedForGeneration reports whether ar is Denied for its current spec.
+func deniedForGeneration(ar *clustersv1alpha1.AccessRequest) bool {
+	return ar.Status.Phase == common.PhaseDenied && ar.Status.ObservedGeneration == ar.Generation
 }
 
 // handles reports whether the provider may act on a prepared request now: openMCP's handshake

@@ -121,8 +121,10 @@ func (r *Reconciler) setTrust(ctx context.Context, auth backend.Authenticator, c
 			o = ar
 		}
 		// A request Denied for its current spec is answered: it gets no trust, even if what
-		// denied it went away (fixing its spec re-evaluates it).
-		if o.Spec.OIDC != nil && o.DeletionTimestamp.IsZero() && handles(o) && ProfileOf(o, r.ProviderName) == r.Profile {
+		// denied it went away (fixing its spec re-evaluates it). A Granted one whose spec changed
+		// keeps its trust until it is answered again. Only requests of the Cluster's own profile
+		// count (one labelled for another is Denied ProfileMismatch).
+		if o.Spec.OIDC != nil && o.DeletionTimestamp.IsZero() && !deniedForGeneration(o) && ProfileOf(o, r.ProviderName) == cl.Spec.Profile {
 			reqs = append(reqs, o)
 		}
 	}

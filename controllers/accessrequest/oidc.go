@@ -18,6 +18,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
@@ -105,8 +106,10 @@ func validateJWT(j apiserverv1.JWTAuthenticator) error {
 	if err := apiserverv1.Convert_v1_JWTAuthenticator_To_apiserver_JWTAuthenticator(&j, &internal, nil); err != nil {
 		return err
 	}
+	// The clusters' own service-account issuer is refused, as their API servers refuse it: a token
+	// of an identity provider must never pass for one of the cluster's service accounts.
 	errs := validation.ValidateAuthenticationConfiguration(authenticationcel.NewDefaultCompiler(),
-		&apiserver.AuthenticationConfiguration{JWT: []apiserver.JWTAuthenticator{internal}}, nil)
+		&apiserver.AuthenticationConfiguration{JWT: []apiserver.JWTAuthenticator{internal}}, []string{backend.ServiceAccountIssuer})
 	if err := errs.ToAggregate(); err != nil {
 		return kit.Errorf(ReasonInvalidOIDC, "the cluster's API server would reject spec.oidc: %s", err.Error())
 	}
@@ -126,6 +129,27 @@ type trust struct {
 	rejected map[types.UID]error
 }
 
+// trustedIssuer is one issuer a cluster trusts: its configuration (from the first request that
+// asked for it), that request, and every client ID of its requests.
+type trustedIssuer struct {
+	cfg       common.OIDCProviderConfig
+	owner     string
+	audiences []string
+}
+
+// prefixClash returns the trusted issuer (of another URL than c's) whose username or groups
+// prefix equals c's or is a prefix of it or the other way round: tokens of one could then be
+// mapped to the names of the other's users or groups. Nil if none.
+func prefixClash(issuers map[string]*trustedIssuer, order []string, c common.OIDCProviderConfig) *trustedIssuer {
+	overlap := func(a, b string) bool { return strings.HasPrefix(a, b) || strings.HasPrefix(b, a) }
+	for _, u := range order {
+		if is := issuers[u]; u != c.Issuer && (overlap(is.cfg.UsernamePrefix, c.UsernamePrefix) || overlap(is.cfg.GroupsPrefix, c.GroupsPrefix)) {
+			return is
+		}
+	}
+	return nil
+}
+
 // trustFor computes the trust of a cluster from its OIDC requests (those being deleted are not
 // passed). Requests are taken oldest first, so that a later request never displaces an earlier
 // one: it is the one Denied on a conflict. reachable says whether an issuer answers discovery.
@@ -141,13 +165,8 @@ func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha
 	if settings != nil {
 		caBundle = settings.IssuerCABundle
 	}
-	type issuer struct {
-		cfg       common.OIDCProviderConfig
-		owner     string
-		audiences []string
-	}
 	var order []string
-	issuers := map[string]*issuer{}
+	issuers := map[string]*trustedIssuer{}
 	t := trust{rejected: map[types.UID]error{}}
 	for _, ar := range reqs {
 		c := oidcConfig(ar)
@@ -171,6 +190,12 @@ func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha
 			}
 			continue
 		}
+		if other := prefixClash(issuers, order, c); other != nil {
+			t.rejected[ar.UID] = kit.Errorf(ReasonIssuerConflict,
+				"the cluster trusts issuer %s (for AccessRequest %s) with usernamePrefix %q and groupsPrefix %q; this request's usernamePrefix %q or groupsPrefix %q is one of them, or one starts with the other, so one identity provider could sign in as the other's users or groups: choose other prefixes (or another spec.oidc.name, their default)",
+				other.cfg.Issuer, other.owner, other.cfg.UsernamePrefix, other.cfg.GroupsPrefix, c.UsernamePrefix, c.GroupsPrefix)
+			continue
+		}
 		if len(order) == maxIssuers {
 			t.rejected[ar.UID] = kit.Errorf(ReasonTooManyIssuers, "the cluster already trusts %d issuers, the most its API server takes; share an issuer with another request", maxIssuers)
 			continue
@@ -183,7 +208,7 @@ func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha
 			continue
 		}
 		order = append(order, c.Issuer)
-		issuers[c.Issuer] = &issuer{cfg: c, owner: ar.Namespace + "/" + ar.Name, audiences: []string{c.ClientID}}
+		issuers[c.Issuer] = &trustedIssuer{cfg: c, owner: ar.Namespace + "/" + ar.Name, audiences: []string{c.ClientID}}
 	}
 	for _, u := range order {
 		is := issuers[u]

@@ -24,6 +24,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
@@ -71,6 +72,7 @@ func TestTrustFor(t *testing.T) {
 		return c
 	}
 	withGroupsPrefix := func(c common.OIDCProviderConfig, p string) common.OIDCProviderConfig { c.GroupsPrefix = p; return c }
+	withName := func(c common.OIDCProviderConfig, n string) common.OIDCProviderConfig { c.Name = n; return c }
 	allowOnly := &providersv1alpha1.OIDCSettings{AllowedIssuers: []string{"https://a"}, IssuerCABundle: testCA(t)}
 
 	tests := []struct {
@@ -105,6 +107,29 @@ func TestTrustFor(t *testing.T) {
 			reqs:     []*clustersv1alpha1.AccessRequest{oidcRequest("http", 3, cfg("http://a", "c")), oidcRequest("sys", 2, withGroupsPrefix(cfg("https://a", "c"), "system:x"))},
 			issuers:  map[string][]string{},
 			rejected: map[string]string{"http": ReasonInvalidOIDC, "sys": ReasonInvalidOIDC},
+		},
+		{
+			name:      "two issuers with one prefix: the later is Denied, naming the earlier",
+			reqs:      []*clustersv1alpha1.AccessRequest{oidcRequest("late", 1, cfg("https://b", "c")), oidcRequest("early", 2, cfg("https://a", "c"))},
+			issuers:   map[string][]string{"https://a": {"c"}},
+			rejected:  map[string]string{"late": ReasonIssuerConflict},
+			mentioned: map[string]string{"late": "https://a (for AccessRequest ns/early)"},
+		},
+		{
+			name: "a groups prefix that starts with another issuer's",
+			reqs: []*clustersv1alpha1.AccessRequest{
+				oidcRequest("late", 1, withName(withGroupsPrefix(cfg("https://b", "c"), "idp:team-"), "other")),
+				oidcRequest("early", 2, cfg("https://a", "c")),
+			},
+			issuers:  map[string][]string{"https://a": {"c"}},
+			rejected: map[string]string{"late": ReasonIssuerConflict},
+		},
+		{
+			name:      "the clusters' service-account issuer is refused",
+			reqs:      []*clustersv1alpha1.AccessRequest{oidcRequest("sa", 1, cfg(backend.ServiceAccountIssuer, "c"))},
+			issuers:   map[string][]string{},
+			rejected:  map[string]string{"sa": ReasonInvalidOIDC},
+			mentioned: map[string]string{"sa": backend.ServiceAccountIssuer},
 		},
 		{
 			name:     "an unreachable issuer is left out, the others stay",
@@ -147,7 +172,7 @@ func TestTrustForIssuerLimit(t *testing.T) {
 	var reqs []*clustersv1alpha1.AccessRequest
 	for i := range maxIssuers + 1 {
 		reqs = append(reqs, oidcRequest(fmt.Sprintf("r%02d", i), time.Duration(maxIssuers-i)*time.Second,
-			common.OIDCProviderConfig{Name: "idp", Issuer: fmt.Sprintf("https://i%d", i), ClientID: "c"}))
+			common.OIDCProviderConfig{Name: fmt.Sprintf("idp%02d", i), Issuer: fmt.Sprintf("https://i%d", i), ClientID: "c"}))
 	}
 	tr := trustFor(reqs, nil, func(string) error { return nil })
 	assert.Len(t, tr.jwt, maxIssuers)

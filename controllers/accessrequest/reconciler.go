@@ -132,6 +132,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	switch {
 	case cl == nil || !cl.DeletionTimestamp.IsZero():
 		return r.deny(ctx, ar, base, ReasonClusterGone, fmt.Sprintf("Cluster %s does not exist or is being deleted", clusterKey(ar)))
+	case cl.Spec.Profile != r.Profile:
+		// The labels are the user's to set too: they never decide which profile's rules
+		// (allowedIssuers, the trust of the Cluster's API server) apply to a Cluster.
+		return r.deny(ctx, ar, base, ReasonProfileMismatch, fmt.Sprintf(
+			"the request is labelled for profile %s, but Cluster %s belongs to profile %s; remove the labels %s and %s and the labeller sets them right",
+			r.Profile, clusterKey(ar), cl.Spec.Profile, clustersv1alpha1.ProviderLabel, clustersv1alpha1.ProfileLabel))
 	case cl.Status.Phase != common.PhaseReady && grantedForGeneration(ar):
 		// A granted access outlives a restart of the cluster's processes; the Cluster watch
 		// brings the request back when the Cluster is Ready again.
@@ -159,6 +165,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	g.base = ar.DeepCopy()
 	if g.cfg, err = r.Backend.AdminConfig(ctx, cl); err != nil {
 		return r.retry(ctx, ar, g.base, fmt.Errorf("reaching the cluster: %w", err))
+	}
+	if g.secret, err = r.confirmSecret(ctx, g.secret, g.cfg); err != nil {
+		return reconcile.Result{}, err
 	}
 	// The Secret records the generation it was granted for, and is written before the status: a
 	// reconcile that reads a Secret the informer delivered, but a request from before the status
@@ -393,6 +402,25 @@ func (r *Reconciler) secret(ctx context.Context, ar *clustersv1alpha1.AccessRequ
 		return nil, fmt.Errorf("reading Secret %s: %w", SecretName(ar.Name), err)
 	}
 	return s, nil
+}
+
+// confirmSecret returns the API server's version of s when the cache's is not intact (edited, or
+// written for another cluster): the cache may not have delivered the provider's own last write
+// yet, and a grant that rewrote that stale version would issue a token twice. An intact Secret,
+// or no SecretReader, returns s as it is; nil when the Secret is gone.
+func (r *Reconciler) confirmSecret(ctx context.Context, s *corev1.Secret, cfg *rest.Config) (*corev1.Secret, error) {
+	if s == nil || r.Options.SecretReader == nil || intact(s, cfg.Host, cfg.CAData) {
+		return s, nil
+	}
+	fresh := &corev1.Secret{}
+	err := r.Options.SecretReader.Get(ctx, client.ObjectKeyFromObject(s), fresh)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Secret %s: %w", s.Name, err)
+	}
+	return fresh, nil
 }
 
 // retrySecretOfPrevious is how soon a request looks again at a Secret of its name left by an

@@ -20,6 +20,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/test/operator"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // stateRetry is the local backend's StateRetry in these tests: how soon a damaged or full cluster
@@ -145,7 +146,7 @@ func TestStateDirFull(t *testing.T) {
 	stateDir := t.TempDir()
 	// etcd preallocates 64 MiB of write-ahead log: room for one cluster once the filler is gone.
 	if err := syscall.Mount("tmpfs", stateDir, "tmpfs", 0, "size=256m,mode=0700"); err != nil {
-		t.Skipf("mounting a tmpfs for a full state dir needs root: %v", err)
+		testenv.MissingTool(t, "root (to mount a tmpfs for a full state dir)", err)
 	}
 	t.Cleanup(func() { assert.NoError(t, syscall.Unmount(stateDir, syscall.MNT_DETACH)) })
 	filler := filepath.Join(stateDir, "filler")

@@ -23,6 +23,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // clusterReadyWithin bounds a local cluster's start by the binary (built with -race under make
@@ -214,18 +215,24 @@ func waitKubeconfig(t *testing.T, ar *clustersv1alpha1.AccessRequest) string {
 // kubectl runs the kubectl on the PATH with kubeconfig and returns its combined output.
 func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
 	t.Helper()
-	out, err := exec.CommandContext(t.Context(), kubectlPath(t), append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	// Not kubectlPath: this may run in an Eventually's goroutine, where a skip or fatal would be
+	// lost (testify counts a skipped condition as met). The test calls kubectlPath first.
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(t.Context(), path, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
-// kubectlPath is the kubectl on the PATH; without one the test is skipped. A goroutine other than
+// kubectlPath is the kubectl on the PATH; without one the test is skipped, or fails with CI set. A goroutine other than
 // the test's (an Eventually condition) may call kubectl only once the test's goroutine has called
 // kubectlPath: Skip works from the test's goroutine only.
 func kubectlPath(t *testing.T) string {
 	t.Helper()
 	path, err := exec.LookPath("kubectl")
 	if err != nil {
-		t.Skip("kubectl is not on the PATH; the walkthrough needs it")
+		testenv.MissingTool(t, "kubectl on the PATH", err)
 	}
 	return path
 }

@@ -107,6 +107,7 @@ func TestPlatformOutage(t *testing.T) {
 
 	assert.ElementsMatch(t, pids, clusterPIDs(t, clusterDir), "the cluster's processes were not restarted")
 	assert.Equal(t, holder, leaseHolder(t, provider), "the lease stayed with the same process")
+	kubectlPath(t)
 	out, err := kubectl(t, kubeconfigFile, "-n", "sample-apps", "get", "configmaps")
 	assert.NoError(t, err, "the kubeconfig granted before the outage works: %s", out)
 	assert.Contains(t, op.output.String(), "watches wait for it", "the operator said why it waits")
@@ -183,6 +184,7 @@ func TestLeaderHandoff(t *testing.T) {
 	require.False(t, lost.IsZero() || answered.IsZero(), "the cluster went down with its leader and came back (down %v, back %v)", lost, answered)
 	again := waitReady(t, cl)
 	assert.Equal(t, endpoint, again.Status.APIServer, "same endpoint")
+	kubectlPath(t) // from the test's goroutine: without kubectl it skips, or fails with CI set
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		out, err := kubectl(t, kubeconfigFile, "-n", "sample-apps", "get", "configmaps")
 		assert.NoError(c, err, "the kubeconfig granted before the handoff works: %s", out)

@@ -147,9 +147,12 @@ func (p *process) exited() bool {
 }
 
 // buildBinary builds cmd/cluster-provider into a temporary folder, with -race if the tests run
-// with it.
+// with it, after consulting the module's sources (testenv.ConsultSources).
 func buildBinary(t *testing.T) string {
 	t.Helper()
+	// The binary's code is not imported by this package: without this, Go's test cache would
+	// answer "(cached)" after a change of it.
+	testenv.ConsultSources()
 	bin := filepath.Join(t.TempDir(), "cluster-provider")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
