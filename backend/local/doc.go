@@ -15,9 +15,11 @@
 // stock role view has its aggregated rules: the role users bind most works from the first
 // moment). The
 // Cluster reconciler turns them into the conditions APIServerReady and ControllerManagerReady; the
-// Cluster is Ready only with both. A Ready controller manager is asked for its /healthz every
-// Options.HealthInterval (10 s); one that misses three in a row (hung, but not exited) is
-// stopped and started again, as a liveness probe would, and its condition says why.
+// Cluster is Ready only with both. Every Options.HealthInterval (10 s) a Ready controller manager
+// is asked for its /healthz, a Ready API server for its /livez and its etcd for its health; a
+// process that misses three (the controller manager) or six (the API server, etcd) checks in a
+// row, hung but not exited, is stopped and started again, as a liveness probe would, and its
+// condition says why.
 //
 // # Who reaches what
 //

@@ -31,6 +31,10 @@ const (
 	// healthFailures is how many health checks in a row a running controller manager may miss
 	// before it is restarted (as a liveness probe would).
 	healthFailures = 3
+	// servingHealthFailures is the same for the API server and etcd: twice as many, so that a
+	// server slow under load (a 2 s probe timeout, every HealthInterval) is not restarted, which
+	// would cut off every client; a hung one is restarted within a minute by default.
+	servingHealthFailures = 6
 	// retryNotReady is the safety net the reconciler gets while a cluster is not Ready; the
 	// Backend's notification normally comes first.
 	retryNotReady = 5 * time.Second
@@ -73,9 +77,9 @@ type instance struct {
 
 	cancel  context.CancelFunc
 	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
-	// hung is set when the controller manager is restarted for missing its health checks, so that
-	// its exit says why.
-	hung    atomic.Bool
+	// hung holds, by process name, the processes stopped for missing their health checks, so
+	// that their exits say why. Guarded by mu.
+	hung    map[string]bool
 	done    chan struct{} // closed when every process has stopped
 	recheck chan struct{}
 }
@@ -203,8 +207,8 @@ func (in *instance) supervise(ctx context.Context, name string, start func(conte
 			backoff = minBackoff
 		}
 		why := fmt.Sprintf("exited (%s)", exitText(p.err))
-		if name == procControllerManager && in.hung.Swap(false) {
-			why = fmt.Sprintf("missed %d health checks in a row and was stopped", healthFailures)
+		if in.takeHung(name) {
+			why = fmt.Sprintf("missed %d health checks in a row and was stopped", failuresAllowed(name))
 		}
 		in.log.Info("A process of the cluster exited; restarting it", "process", name, "why", why, "backoff", backoff)
 		in.down(name, fmt.Sprintf("%s %s; restarting it in %s (logs in %s).",
@@ -271,13 +275,46 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 
 // restartControllerManager stops the running controller manager; its supervisor starts it again
 // (with a kubeconfig for the API server's new port).
-func (in *instance) restartControllerManager() {
+// failuresAllowed is how many health checks in a row the process name may miss.
+func failuresAllowed(name string) int {
+	if name == procControllerManager {
+		return healthFailures
+	}
+	return servingHealthFailures
+}
+
+// restartHung stops the process name, which missed its health checks: its supervisor restarts it
+// and says why (takeHung). A hung process ignores SIGTERM; it gets SIGKILL after the grace.
+func (in *instance) restartHung(name string) {
 	in.mu.Lock()
-	p := in.procs[procControllerManager]
+	if in.procs[name] != nil {
+		if in.hung == nil {
+			in.hung = map[string]bool{}
+		}
+		in.hung[name] = true
+	}
+	in.mu.Unlock()
+	in.restart(name)
+}
+
+// restart stops the process name; its supervisor starts it again.
+func (in *instance) restart(name string) {
+	in.mu.Lock()
+	p := in.procs[name]
 	in.mu.Unlock()
 	if p != nil {
 		go p.stop(in.b.opts.StopGrace)
 	}
+}
+
+// takeHung reports whether the process name was stopped for missing its health checks, and
+// forgets it.
+func (in *instance) takeHung(name string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	hung := in.hung[name]
+	delete(in.hung, name)
+	return hung
 }
 
 // waitEtcd waits until etcd answers its health check, or ctx ends.
@@ -312,20 +349,30 @@ func (in *instance) etcdHealthy(ctx context.Context) error {
 func (in *instance) watchReady(ctx context.Context) {
 	tick := time.NewTicker(in.b.opts.HealthInterval)
 	defer tick.Stop()
-	missed := 0
+	missed := map[string]int{} // health checks missed in a row, by process
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-in.recheck:
 		case <-tick.C:
-			if missed = in.checkControllerManager(ctx, missed); missed < healthFailures {
-				continue
+			// A Ready part whose process is alive but answers nothing (hung, or SIGSTOPped) is
+			// restarted after healthFailures missed checks in a row, as a liveness probe would.
+			for name, check := range map[string]func(context.Context) bool{
+				procControllerManager: in.controllerManagerAlive,
+				procAPIServer:         in.apiServerAlive,
+				procEtcd:              in.etcdAlive,
+			} {
+				if check(ctx) {
+					missed[name] = 0
+					continue
+				}
+				if missed[name]++; missed[name] >= failuresAllowed(name) {
+					missed[name] = 0
+					in.log.Info("A process of the cluster missed its health checks; restarting it", "process", name, "missed", failuresAllowed(name))
+					in.restartHung(name)
+				}
 			}
-			missed = 0
-			in.log.Info("The controller manager missed its health checks; restarting it", "missed", healthFailures)
-			in.hung.Store(true)
-			in.restartControllerManager()
 			continue
 		}
 		for {
@@ -375,22 +422,39 @@ func (in *instance) serving(ctx context.Context, url string) (string, error) {
 	return backend.Normalize(v.GitVersion), nil
 }
 
-// checkControllerManager asks a Ready controller manager whether it is alive and returns how many
-// checks in a row it has missed, given missed before this one. One that is not Ready is left to
-// its supervisor and the readiness probe.
-func (in *instance) checkControllerManager(ctx context.Context, missed int) int {
+// controllerManagerAlive reports whether the controller manager answers its /healthz; one that is
+// not Ready counts as alive (its supervisor and the readiness probe handle it).
+func (in *instance) controllerManagerAlive(ctx context.Context) bool {
 	in.mu.Lock()
 	ready := in.kcm.Ready
 	url := "https://127.0.0.1:" + strconv.Itoa(in.meta.Ports.ControllerManager) + "/healthz"
 	in.mu.Unlock()
-	if !ready {
-		return 0
+	return !ready || in.alive(ctx, procControllerManager, func(ctx context.Context) error { _, err := get(ctx, in.probe, url); return err })
+}
+
+// apiServerAlive reports whether a Ready API server answers /livez.
+func (in *instance) apiServerAlive(ctx context.Context) bool {
+	in.mu.Lock()
+	ready := in.api.Ready
+	url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer) + "/livez"
+	in.mu.Unlock()
+	return !ready || in.alive(ctx, procAPIServer, func(ctx context.Context) error { _, err := get(ctx, in.probe, url); return err })
+}
+
+// etcdAlive reports whether the etcd of a Ready API server answers its health check.
+func (in *instance) etcdAlive(ctx context.Context) bool {
+	in.mu.Lock()
+	ready := in.api.Ready
+	in.mu.Unlock()
+	return !ready || in.alive(ctx, procEtcd, in.etcdHealthy)
+}
+
+func (in *instance) alive(ctx context.Context, name string, check func(context.Context) error) bool {
+	if err := check(ctx); err != nil {
+		in.log.V(1).Info("A process of the cluster missed a health check", "process", name, "err", err.Error())
+		return false
 	}
-	if _, err := get(ctx, in.probe, url); err != nil {
-		in.log.V(1).Info("The controller manager missed a health check", "err", err.Error())
-		return missed + 1
-	}
-	return 0
+	return true
 }
 
 // controllerManagerRuns reports whether the controller manager at url answers its /healthz, has

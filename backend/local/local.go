@@ -383,7 +383,7 @@ func (b *Backend) reassignAPIServerPort(in *instance) error {
 	delete(b.ports.taken, old)
 	in.meta = m
 	in.log.Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
-	go in.restartControllerManager() // after in.mu is released
+	go in.restart(procControllerManager) // after in.mu is released
 	return nil
 }
 

@@ -250,6 +250,27 @@ func TestClusterLifecycle(t *testing.T) {
 		assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[procControllerManager])
 	})
 
+	// A hung API server or etcd (alive, answering nothing) was never noticed after Ready: only the
+	// controller manager had a liveness check (issue 25, item 4).
+	for _, proc := range []string{procAPIServer, procEtcd} {
+		t.Run("a hung "+proc+" is restarted", func(t *testing.T) {
+			pid := h.b.PIDs(cl.UID)[proc]
+			require.NotZero(t, pid)
+			before := h.await(cl, "complete", complete)
+			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
+			down := h.await(cl, "not Ready while hung", func(s backend.State) bool {
+				return !s.Ready && strings.Contains(s.Message, proc+" missed 6 health checks in a row")
+			})
+			assert.Equal(t, backend.ReasonRestarting, down.Reason)
+			up := h.await(cl, "complete again", complete)
+			assert.True(t, processGone(pid), "the hung process was killed")
+			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc])
+			assert.Greater(t, up.Restarts, before.Restarts)
+			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+			assert.NoError(t, err, "the data survives")
+		})
+	}
+
 	outer := t // the second backend must outlive this subtest
 	t.Run("operator restart adopts the cluster", func(t *testing.T) {
 		pids := h.b.PIDs(cl.UID)
