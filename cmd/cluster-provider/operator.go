@@ -81,10 +81,12 @@ func metricsOptions(o *runOptions) metricsserver.Options {
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
-// Leader election (its recorder writes core/v1 Events) and `init`:
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// Leader election's recorder writes core/v1 Events:
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch;create;patch;update
+//
+// The leader election Lease is not in the generated ClusterRole: deploy/rbac grants it by a Role in
+// the operator's namespace only (leader_election_role.yaml). The CRD writes of `init` are not
+// either: its own ClusterRole (deploy/rbac/init_role.yaml) grants them, and `run` needs none.
 
 // newOperator builds the manager of `run`: the engine that runs each ClusterProfile's
 // controllers, the ProviderConfig controller, the AccessRequest labeller and the ClusterRequest

@@ -21,7 +21,7 @@ import (
 // only our own ProviderConfig CRD. Before, it force-applied our copies over openMCP's.
 func TestInitLeavesOpenMCPCRDs(t *testing.T) {
 	bin := buildBinary(t)
-	kubeconfig := writeKubeconfig(t, operatorUser(t))
+	kubeconfig := writeKubeconfig(t, initUser(t))
 	ctx := t.Context()
 
 	// openMCP's operator owns the CRDs, with a schema that differs from our copies: a property

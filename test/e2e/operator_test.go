@@ -41,17 +41,19 @@ const (
 
 // TestOperator runs `cluster-provider init` twice and `cluster-provider run` (with leader
 // election), publishes the ClusterProfile of the sample ProviderConfig, and stops on SIGTERM with
-// exit code 0, releasing its lease. It runs as a user that may do only what the generated
-// ClusterRole (deploy/rbac/role.yaml) grants, so a missing RBAC rule fails it.
+// exit code 0, releasing its lease. init runs as a user with deploy/rbac's init ClusterRole only,
+// run as one with the generated ClusterRole (deploy/rbac/role.yaml) and the leader election Role
+// only, so a missing RBAC rule fails it.
 func TestOperator(t *testing.T) {
 	bin := buildBinary(t)
 	kubeconfig := writeKubeconfig(t, operatorUser(t))
 	ctx := t.Context()
 
-	// init applies the CRDs; a second run changes nothing.
+	// init applies the CRDs, with deploy/rbac's init ClusterRole only; a second run changes nothing.
+	initKubeconfig := writeKubeconfig(t, initUser(t))
 	var versions []map[string]string
 	for range 2 {
-		out, err := exec.CommandContext(ctx, bin, "init", "--kubeconfig", kubeconfig).CombinedOutput()
+		out, err := exec.CommandContext(ctx, bin, "init", "--kubeconfig", initKubeconfig).CombinedOutput()
 		require.NoError(t, err, "cluster-provider init:\n%s", out)
 		assert.Contains(t, string(out), "customresourcedefinition.apiextensions.k8s.io/providerconfigs.providers.clusters.openmcp.cloud established")
 		versions = append(versions, crdVersions(t))
@@ -179,14 +181,47 @@ func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	return path
 }
 
-// operatorUser returns the config of a user bound to the generated ClusterRole and nothing else.
+// operatorUser returns the config of a user bound to what deploy/rbac grants the operator and
+// nothing else: the generated ClusterRole, and the leader election Role in namespace default (the
+// tests' --leader-election-namespace).
 func operatorUser(t *testing.T) *rest.Config {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "role.yaml"))
+	user := "cluster-provider-e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	bindClusterRole(t, "role.yaml", user)
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", "leader_election_role.yaml"))
+	require.NoError(t, err)
+	role := &rbacv1.Role{}
+	require.NoError(t, yaml.UnmarshalStrict(data, role))
+	role.Name, role.Namespace = user, "default"
+	require.NoError(t, env.Client.Create(t.Context(), role))
+	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: "default"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}))
+	cfg, err := env.User(user)
+	require.NoError(t, err)
+	return cfg
+}
+
+// initUser returns the config of a user bound to deploy/rbac's ClusterRole of `init` only.
+func initUser(t *testing.T) *rest.Config {
+	t.Helper()
+	user := "cluster-provider-init-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	bindClusterRole(t, "init_role.yaml", user)
+	cfg, err := env.User(user)
+	require.NoError(t, err)
+	return cfg
+}
+
+// bindClusterRole creates the ClusterRole of deploy/rbac/file under the name user and binds user
+// to it.
+func bindClusterRole(t *testing.T, file, user string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "rbac", file))
 	require.NoError(t, err)
 	role := &rbacv1.ClusterRole{}
 	require.NoError(t, yaml.UnmarshalStrict(data, role))
-	user := "cluster-provider-e2e-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	role.Name = user
 	require.NoError(t, env.Client.Create(t.Context(), role))
 	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
@@ -194,9 +229,6 @@ func operatorUser(t *testing.T) *rest.Config {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
 	}))
-	cfg, err := env.User(user)
-	require.NoError(t, err)
-	return cfg
 }
 
 // sampleProviderConfig is deploy/samples/providerconfig.yaml, the one `make run` applies.
