@@ -234,7 +234,22 @@ func TestRealKind(t *testing.T) {
 	})
 	require.NoError(t, err)
 	cl := testCluster(string(types.UID("real-" + time.Now().Format("150405"))))
-	t.Cleanup(func() { _, _ = b.Delete(context.Background(), cl) })
+	// Delete is called until the cluster is gone: it deletes in the background and reports gone
+	// only once nothing is left (a single call left a node container behind under load).
+	t.Cleanup(func() {
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			gone, err := b.Delete(context.Background(), cl)
+			if err == nil && gone {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("kind cluster of %s not deleted within 3m (last error: %v)", cl.UID, err)
+				return
+			}
+			time.Sleep(time.Second) // polling the backend, which deletes in the background
+		}
+	})
 	_, err = b.Ensure(t.Context(), cl, "")
 	require.NoError(t, err)
 	select {
