@@ -61,27 +61,34 @@ say "Loading $IMAGE into $KIND_CLUSTER"
 # provisioner, so a local PersistentVolume on a node the operator may run on (the worker: kind
 # taints its control plane when there are workers), owned by the operator's user, serves the
 # claim here, as a cluster's storage would.
-size=$(sed -n 's/^ *storage: *//p' deploy/default/pvc.yaml)
 node=$KIND_CLUSTER-control-plane
 [ "$KIND_WORKERS" -gt 0 ] && node=$KIND_CLUSTER-worker
-docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-e2e && chown 65532:65532 /var/lib/cluster-provider-e2e'
-kc apply -f - <<EOF
+# state_volume NAME DIR NAMESPACE CLAIM-FILE: a local PersistentVolume NAME in folder DIR of $node,
+# owned by the operator's user, bound to the claim cluster-provider-state in NAMESPACE, of the
+# size CLAIM-FILE asks for.
+state_volume() {
+  local size
+  size=$(sed -n 's/^ *storage: *//p' "$4")
+  docker exec "$node" sh -c "mkdir -p $2 && chown 65532:65532 $2"
+  kc apply -f - <<EOF
 apiVersion: v1
 kind: PersistentVolume
 metadata:
-  name: cluster-provider-e2e-state
+  name: $1
 spec:
   capacity: {storage: $size}
   accessModes: [ReadWriteOnce]
   storageClassName: standard
   persistentVolumeReclaimPolicy: Retain
-  local: {path: /var/lib/cluster-provider-e2e}
+  local: {path: $2}
   nodeAffinity:
     required:
       nodeSelectorTerms:
       - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]
-  claimRef: {namespace: $ns, name: cluster-provider-state}
+  claimRef: {namespace: $3, name: cluster-provider-state}
 EOF
+}
+state_volume cluster-provider-e2e-state /var/lib/cluster-provider-e2e "$ns" deploy/default/pvc.yaml
 
 say "Applying deploy/default with $IMAGE"
 kc apply --server-side -k deploy/default
@@ -100,25 +107,7 @@ kc -n "$ns" delete deploy/cluster-provider --wait=true
 kc -n "$ns" wait --for=delete pod -l app.kubernetes.io/component=operator --timeout=2m
 omns=openmcp-system
 kc create namespace "$omns"
-docker exec "$node" sh -c 'mkdir -p /var/lib/cluster-provider-openmcp && chown 65532:65532 /var/lib/cluster-provider-openmcp'
-omsize=$(sed -n 's/^ *storage: *//p' deploy/openmcp/state.yaml)
-kc apply -f - <<EOF
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: cluster-provider-e2e-openmcp-state
-spec:
-  capacity: {storage: $omsize}
-  accessModes: [ReadWriteOnce]
-  storageClassName: standard
-  persistentVolumeReclaimPolicy: Retain
-  local: {path: /var/lib/cluster-provider-openmcp}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$node]}]
-  claimRef: {namespace: $omns, name: cluster-provider-state}
-EOF
+state_volume cluster-provider-e2e-openmcp-state /var/lib/cluster-provider-openmcp "$omns" deploy/openmcp/state.yaml
 kc apply -f deploy/openmcp/state.yaml
 shape() {
   go run ./hack/openmcpshape --namespace "$omns" --environment "$environment" --image "$IMAGE" \

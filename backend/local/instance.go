@@ -350,6 +350,11 @@ func (in *instance) watchReady(ctx context.Context) {
 	tick := time.NewTicker(in.b.opts.HealthInterval)
 	defer tick.Stop()
 	missed := map[string]int{} // health checks missed in a row, by process
+	alive := map[string]func(context.Context) bool{
+		procControllerManager: in.controllerManagerAlive,
+		procAPIServer:         in.apiServerAlive,
+		procEtcd:              in.etcdAlive,
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -358,11 +363,7 @@ func (in *instance) watchReady(ctx context.Context) {
 		case <-tick.C:
 			// A Ready part whose process is alive but answers nothing (hung, or SIGSTOPped) is
 			// restarted after healthFailures missed checks in a row, as a liveness probe would.
-			for name, check := range map[string]func(context.Context) bool{
-				procControllerManager: in.controllerManagerAlive,
-				procAPIServer:         in.apiServerAlive,
-				procEtcd:              in.etcdAlive,
-			} {
+			for name, check := range alive {
 				if check(ctx) {
 					missed[name] = 0
 					continue

@@ -12,8 +12,6 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
-	"github.com/openmcp-local/cluster-provider/controllers/kit"
-	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestProfileMismatch (issue 25, item 5): users may set an AccessRequest's provider and profile
@@ -25,19 +23,10 @@ func TestProfileMismatch(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
 	const profileA, profileB = "e.artest.a", "e.artest.b"
-	cl := newCluster(t, ns, "of-a", profileA)
-	base := cl.DeepCopy()
-	cl.Status.Phase, cl.Status.ObservedGeneration = common.PhaseReady, cl.Generation
-	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
+	cl := readyCluster(t, ns, "of-a", profileA)
+	ar := handedOverRequest(t, cl, "spoofed", profileB)
 
-	ar := newRequest(t, ns, "spoofed", cl.Name, clustersv1alpha1.TokenConfig{}, func(ar *clustersv1alpha1.AccessRequest) {
-		ar.Labels = map[string]string{clustersv1alpha1.ProviderLabel: testProvider, clustersv1alpha1.ProfileLabel: profileB}
-		ar.Spec.ClusterRef.Namespace = ns
-	})
-	testenv.HandOver(t, env.Client, ar)
-
-	r := &accessrequest.Reconciler{ProfileScope: kit.ProfileScope{Client: env.Client, ProviderName: testProvider, Profile: profileB,
-		BackendName: "local", Backend: unreachableBackend{}}, Options: accessrequest.Options{}.WithDefaults()}
+	r := directReconciler(profileB, unreachableBackend{})
 	_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
 	require.NoError(t, err)
 	got := &clustersv1alpha1.AccessRequest{}

@@ -32,22 +32,14 @@ func TestRevokeLater(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
 	const profile = "e.artest.revoke"
-	cl := newCluster(t, ns, "unreachable", profile)
-	base := cl.DeepCopy()
-	cl.Status.Phase, cl.Status.ObservedGeneration = common.PhaseReady, cl.Generation
-	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
-
-	ar := newRequest(t, ns, "revoke", cl.Name, clustersv1alpha1.TokenConfig{}, func(ar *clustersv1alpha1.AccessRequest) {
-		ar.Labels = map[string]string{clustersv1alpha1.ProviderLabel: testProvider, clustersv1alpha1.ProfileLabel: profile}
+	cl := readyCluster(t, ns, "unreachable", profile)
+	ar := handedOverRequest(t, cl, "revoke", profile, func(ar *clustersv1alpha1.AccessRequest) {
 		ar.Finalizers = []string{kit.Finalizer(testProvider)} // granted before
-		ar.Spec.ClusterRef.Namespace = ns
 	})
-	testenv.HandOver(t, env.Client, ar)
 	require.NoError(t, env.Client.Delete(ctx, ar))
 
 	// The profile's backend does not run in this operator (Backend nil), the Cluster is Ready.
-	r := &accessrequest.Reconciler{ProfileScope: kit.ProfileScope{Client: env.Client, ProviderName: testProvider, Profile: profile, BackendName: "local"},
-		Options: accessrequest.Options{}.WithDefaults()}
+	r := directReconciler(profile, nil)
 	res, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, res.RequeueAfter, "looked at again on a timer")
@@ -61,7 +53,7 @@ func TestRevokeLater(t *testing.T) {
 	assert.Contains(t, c.Message, "deleting the Cluster releases the request")
 
 	// The Cluster not Ready: the same, with the reason Revoking.
-	base = cl.DeepCopy()
+	base := cl.DeepCopy()
 	cl.Status.Phase = common.PhaseProgressing
 	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
 	r.Backend = unreachableBackend{}
@@ -79,12 +71,45 @@ func TestRevokeLater(t *testing.T) {
 	cl.Finalizers = []string{"test/hold"}
 	require.NoError(t, env.Client.Patch(ctx, cl, client.MergeFrom(base)))
 	require.NoError(t, env.Client.Delete(ctx, cl))
-	t.Cleanup(func() {
-		_ = env.Client.Patch(t.Context(), cl, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+	t.Cleanup(func() { // the test's context is done by now
+		_ = env.Client.Patch(context.Background(), cl, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
 	})
 	_, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
 	require.NoError(t, err)
 	gone(t, ar)
+}
+
+// readyCluster creates Cluster ns/name of profile and marks it Ready, as its reconciler would
+// (no operator runs).
+func readyCluster(t *testing.T, ns, name, profile string) *clustersv1alpha1.Cluster {
+	t.Helper()
+	cl := newCluster(t, ns, name, profile)
+	base := cl.DeepCopy()
+	cl.Status.Phase, cl.Status.ObservedGeneration = common.PhaseReady, cl.Generation
+	require.NoError(t, env.Client.Status().Patch(t.Context(), cl, client.MergeFrom(base)))
+	return cl
+}
+
+// handedOverRequest creates a token AccessRequest for cl labelled for this provider and profile
+// and sets it Pending, as the labeller leaves it; mutate adjusts it before it is created.
+func handedOverRequest(t *testing.T, cl *clustersv1alpha1.Cluster, name, profile string, mutate ...func(*clustersv1alpha1.AccessRequest)) *clustersv1alpha1.AccessRequest {
+	t.Helper()
+	ar := newRequest(t, cl.Namespace, name, cl.Name, clustersv1alpha1.TokenConfig{}, func(ar *clustersv1alpha1.AccessRequest) {
+		ar.Labels = map[string]string{clustersv1alpha1.ProviderLabel: testProvider, clustersv1alpha1.ProfileLabel: profile}
+		ar.Spec.ClusterRef.Namespace = cl.Namespace
+		for _, m := range mutate {
+			m(ar)
+		}
+	})
+	testenv.HandOver(t, env.Client, ar)
+	return ar
+}
+
+// directReconciler is the AccessRequest reconciler of profile with backend be (nil: the profile's
+// backend does not run in this operator), for a test to call Reconcile on directly.
+func directReconciler(profile string, be backend.Backend) *accessrequest.Reconciler {
+	return &accessrequest.Reconciler{ProfileScope: kit.ProfileScope{Client: env.Client, ProviderName: testProvider, Profile: profile,
+		BackendName: "local", Backend: be}, Options: accessrequest.Options{}.WithDefaults()}
 }
 
 // unreachableBackend runs no cluster: every call fails.

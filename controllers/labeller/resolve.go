@@ -39,13 +39,8 @@ func (t target) labels() []label {
 }
 
 // lacksLabel reports whether o misses the provider or the profile label: only such
-// AccessRequests are the labeller's.
-func lacksLabel(o client.Object) bool {
-	l := o.GetLabels()
-	_, provider := l[clustersv1alpha1.ProviderLabel]
-	_, profile := l[clustersv1alpha1.ProfileLabel]
-	return !provider || !profile
-}
+// AccessRequests are the labeller's to label.
+func lacksLabel(o client.Object) bool { return !kit.Labelled(o) }
 
 // resolve follows ar's references through the cache to the responsible provider. Outcomes the
 // AccessRequest has to wait for, or that a user has to fix, are kit.ReasonErrors; any other
