@@ -59,7 +59,7 @@ test: envtest ## Run all tests with the race detector against envtest (deploy-ch
 
 .PHONY: deploy-check
 deploy-check: envtest ## kustomize build every base and overlay of deploy/, server-side dry-run apply against envtest.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestStateVolume|TestSamples|TestKustomizationListsEveryCRD' -v
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestStateVolume|TestNetworkPolicy|TestSamples|TestKustomizationListsEveryCRD' -v
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/benchmarks.md).

@@ -5,6 +5,8 @@ package deploy
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,8 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -145,4 +150,103 @@ func build(t *testing.T, dir string) []*unstructured.Unstructured {
 		out = append(out, u)
 	}
 	return out
+}
+
+// TestNetworkPolicy checks the promises of deploy/default/networkpolicy.yaml in every
+// kustomization: it selects the operator's pod, admits the pod's own ports (the local clusters'
+// API servers on the kernel's ephemeral ports, metrics, probes), and lets the pod reach DNS and
+// port 443/6443 only, never a metadata endpoint.
+func TestNetworkPolicy(t *testing.T) {
+	for _, dir := range kustomizations {
+		t.Run(dir, func(t *testing.T) {
+			var d *appsv1.Deployment
+			var policies []*networkingv1.NetworkPolicy
+			for _, o := range build(t, dir) {
+				switch o.GetKind() {
+				case "Deployment":
+					d = &appsv1.Deployment{}
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d))
+				case "NetworkPolicy":
+					np := &networkingv1.NetworkPolicy{}
+					require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, np))
+					policies = append(policies, np)
+				}
+			}
+			require.NotNil(t, d)
+			require.Len(t, policies, 1, "one NetworkPolicy")
+			np := policies[0]
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			require.NoError(t, err)
+			assert.True(t, sel.Matches(labels.Set(d.Spec.Template.Labels)), "the policy selects the operator's pod (%s)", sel)
+			assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
+
+			// Ingress: every port the container declares, and the whole default ephemeral range,
+			// where the local clusters' API servers listen.
+			for _, p := range d.Spec.Template.Spec.Containers[0].Ports {
+				assert.True(t, ingressAdmits(np, p.ContainerPort), "ingress admits container port %s (%d)", p.Name, p.ContainerPort)
+			}
+			for _, port := range []int32{32768, 45000, 60999} {
+				assert.True(t, ingressAdmits(np, port), "ingress admits the ephemeral port %d", port)
+			}
+			assert.False(t, ingressAdmits(np, 2379), "no other port (etcd's default)")
+			assert.False(t, ingressAdmits(np, 10257), "no other port (the controller manager's default)")
+
+			// Egress: every rule names its ports; only DNS, 443 and 6443; no metadata address.
+			var ports []string
+			for _, r := range np.Spec.Egress {
+				require.NotEmpty(t, r.Ports, "an egress rule without ports admits every port")
+				require.NotEmpty(t, r.To, "an egress rule without peers admits every destination")
+				for _, p := range r.Ports {
+					ports = append(ports, fmt.Sprintf("%s/%s", *p.Protocol, p.Port.String()))
+					assert.Nil(t, p.EndPort, "no egress port range")
+				}
+				for _, peer := range r.To {
+					assert.Nil(t, peer.PodSelector, "no pod selector in egress: kustomize's labels would narrow it to the operator's own pods")
+					if peer.IPBlock != nil {
+						_, block, err := net.ParseCIDR(peer.IPBlock.CIDR)
+						require.NoError(t, err)
+						if block.Contains(net.ParseIP("169.254.169.254")) {
+							assert.True(t, excepted(t, peer.IPBlock, "169.254.169.254"), "the metadata address is excepted from %s", peer.IPBlock.CIDR)
+						}
+					}
+				}
+			}
+			assert.ElementsMatch(t, []string{"UDP/53", "TCP/53", "TCP/443", "TCP/6443"}, ports)
+		})
+	}
+}
+
+// ingressAdmits reports whether some ingress rule of np admits TCP port from anywhere.
+func ingressAdmits(np *networkingv1.NetworkPolicy, port int32) bool {
+	for _, r := range np.Spec.Ingress {
+		if len(r.From) != 0 {
+			continue
+		}
+		for _, p := range r.Ports {
+			if p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP {
+				continue
+			}
+			lo := p.Port.IntVal
+			hi := lo
+			if p.EndPort != nil {
+				hi = *p.EndPort
+			}
+			if port >= lo && port <= hi {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// excepted reports whether ip is in one of block's exceptions.
+func excepted(t *testing.T, block *networkingv1.IPBlock, ip string) bool {
+	for _, e := range block.Except {
+		_, n, err := net.ParseCIDR(e)
+		require.NoError(t, err)
+		if n.Contains(net.ParseIP(ip)) {
+			return true
+		}
+	}
+	return false
 }

@@ -90,11 +90,27 @@ EOF
 }
 state_volume cluster-provider-e2e-state /var/lib/cluster-provider-e2e "$ns" deploy/default/pvc.yaml
 
+# policy_selects NAMESPACE POLICY DEPLOYMENT: the NetworkPolicy's own pod selector finds exactly
+# the Deployment's pods (the ptp plugin here does not enforce policies; that they would apply to
+# the right pod is what can be checked here).
+policy_selects() {
+  local selector want got
+  selector=$(kc -n "$1" get networkpolicy "$2" -o go-template='{{range $k, $v := .spec.podSelector.matchLabels}}{{$k}}={{$v}},{{end}}')
+  want=$(kc -n "$1" get pods -l "$(kc -n "$1" get deploy "$3" -o go-template='{{range $k, $v := .spec.selector.matchLabels}}{{$k}}={{$v}},{{end}}' | sed 's/,$//')" -o name | sort)
+  got=$(kc -n "$1" get pods -l "${selector%,}" -o name | sort)
+  if [ -z "$want" ] || [ "$want" != "$got" ]; then
+    say "NetworkPolicy $1/$2 selects [$got], the pods of deploy/$3 are [$want]"
+    return 1
+  fi
+  say "NetworkPolicy $1/$2 selects the pods of deploy/$3: $got"
+}
+
 say "Applying deploy/default with $IMAGE"
 kc apply --server-side -k deploy/default
 kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
 kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 say "The platform is up with the operator after $((SECONDS - start)) s"
+policy_selects "$ns" cluster-provider cluster-provider
 
 say "Scenario suite against the deployed operator"
 provider=$(sed -n 's/^PROVIDER_NAME=//p' deploy/default/config.env)
@@ -121,6 +137,8 @@ fi
 kc -n "$omns" logs job/cp-local-init
 shape --part run | kc apply -f -
 kc -n "$omns" rollout status deploy/cp-local --timeout=5m
+kc apply -f deploy/openmcp/networkpolicy.yaml
+policy_selects "$omns" cp-local cp-local
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
   E2E_OPERATOR_NAMESPACE="$omns" E2E_OPERATOR_DEPLOYMENT=cp-local \
   go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
