@@ -3,6 +3,7 @@ package local
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,7 +38,9 @@ const versionTimeout = 30 * time.Second
 // LoadBinaries inspects each folder once: it must hold executable kube-apiserver,
 // kube-controller-manager and etcd files; the Kubernetes version it offers is what
 // `kube-apiserver --version` prints (folder names mean nothing), and kube-controller-manager must
-// print the same. Two folders of the same version are an error. The error names the folder, the
+// print the same; its etcd must start with the flags a cluster's etcd gets (checkEtcdStarts), so
+// a version is never offered whose clusters cannot start. Two folders of the same version are an
+// error. The error names the folder, the
 // file and what is wrong with it.
 func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 	var out []Binaries
@@ -55,6 +58,9 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 		}
 		if _, err := runVersion(ctx, b.Etcd()); err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: etcd --version: %w", dir, err)
+		}
+		if err := checkEtcdStarts(ctx, b.Etcd()); err != nil {
+			return nil, fmt.Errorf("--local-binaries folder %s: %w", dir, err)
 		}
 		out1, err := runVersion(ctx, b.APIServer())
 		if err != nil {
@@ -115,4 +121,72 @@ func parseKubernetesVersion(out string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("--version printed %q, not \"Kubernetes vX.Y.Z\"", line)
+}
+
+// etcdStartTimeout bounds the start check of a folder's etcd (it is healthy within a second).
+const etcdStartTimeout = 30 * time.Second
+
+// checkEtcdStarts starts etcdBin with the flags of a cluster's etcd (etcdArgs) in a throw-away
+// 0700 folder, waits until it reports healthy on its client socket, and stops it. An etcd that
+// refuses the flags (as etcd 3.6 refused unix URLs that were not "host:port") exits at once: the
+// error then quotes its last output line.
+func checkEtcdStarts(ctx context.Context, etcdBin string) error {
+	dir, err := os.MkdirTemp("", "etcd-check-")
+	if err != nil {
+		return fmt.Errorf("a folder to try etcd in: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, etcdStartTimeout)
+	defer cancel()
+
+	var out bytes.Buffer
+	cmd := exec.Command(etcdBin, etcdArgs(dir)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &out, &out // one writer: exec writes from one goroutine
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", etcdBin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop := func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+
+	client := etcdClient(filepath.Join(dir, etcdSocket))
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("%s cannot run a cluster's etcd: it exited (%v): %s", etcdBin, err, lastLine(out.String()))
+		case <-ctx.Done():
+			stop()
+			return fmt.Errorf("%s did not report healthy within %s with a cluster's flags; its last output: %s", etcdBin, etcdStartTimeout, lastLine(out.String()))
+		case <-tick.C:
+			if etcdHealthy(ctx, client) == nil {
+				stop()
+				return nil
+			}
+		}
+	}
+}
+
+// lastLine is the last non-blank line of out, at most 300 bytes of it; of a JSON log line (etcd
+// logs JSON), its message and error.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	line := strings.TrimSpace(lines[len(lines)-1])
+	var entry struct{ Msg, Error string }
+	if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg != "" {
+		line = entry.Msg
+		if entry.Error != "" {
+			line += ": " + entry.Error
+		}
+	}
+	if len(line) > 300 {
+		line = line[:300] + "..."
+	}
+	return line
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 func TestParseKubernetesVersion(t *testing.T) {
@@ -49,18 +51,25 @@ func fakeBinary(t *testing.T, dir, name, script string, mode os.FileMode) {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(dir, 0o755))
 	path := filepath.Join(dir, name)
+	// Never write through a symlink (fakeFolder links the real etcd).
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		require.NoError(t, err)
+	}
 	require.NoError(t, os.WriteFile(path, []byte(script), mode))
 	require.NoError(t, os.Chmod(path, mode)) // the umask must not take the x bits away
 }
 
 func echoVersion(v string) string { return "#!/bin/sh\necho \"Kubernetes v" + v + "\"\n" }
 
-// fakeFolder is a binaries folder whose kube-apiserver and kube-controller-manager report version.
+// fakeFolder is a binaries folder whose kube-apiserver and kube-controller-manager report version;
+// its etcd is the envtest one (LoadBinaries starts it once).
 func fakeFolder(t *testing.T, dir, version string) {
 	t.Helper()
 	fakeBinary(t, dir, "kube-apiserver", echoVersion(version), 0o755)
 	fakeBinary(t, dir, "kube-controller-manager", echoVersion(version), 0o755)
-	fakeBinary(t, dir, "etcd", "#!/bin/sh\necho \"etcd Version: 3.6.0\"\n", 0o755)
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(filepath.Join(assets, "etcd"), filepath.Join(dir, "etcd")))
 }
 
 func TestLoadBinaries(t *testing.T) {

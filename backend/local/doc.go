@@ -23,9 +23,13 @@
 //
 // # Who reaches what
 //
-// etcd listens on two unix sockets in the cluster's folder (etcd.sock, etcd-peer.sock), named
-// relative to it (every process runs with the folder as its working directory), and on no TCP port:
-// only the operator's user, and so the cluster's own API server, reaches its data. The API server
+// etcd listens on two unix sockets in the cluster's folder (etcd.sock:0, etcd-peer.sock:0: the
+// ":0" makes the URLs "host:port", which etcd 3.5 and 3.6 require), named relative to it (every
+// process runs with the folder as its working directory), and on no TCP port: only the operator's
+// user, and so the cluster's own API server, reaches its data. The flags work with the etcd of
+// every line a served Kubernetes version requires (3.5, 3.6, 3.7; TestEtcdLines), and
+// LoadBinaries starts each folder's etcd once with them, so a folder whose etcd cannot run a
+// cluster is refused at start instead of offering a version whose clusters never start. The API server
 // listens on the advertise host; the controller manager's health and metrics port is on the
 // loopback. Each has its own credentials from the cluster's CA (pki.go): the operator is
 // openmcp:cluster-provider in system:masters, the controller manager system:kube-controller-manager

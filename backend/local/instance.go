@@ -97,14 +97,7 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	if err != nil {
 		return nil, fmt.Errorf("the admin transport: %w", err)
 	}
-	socket := filepath.Join(dir, etcdSocket)
-	etcd := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-		DisableKeepAlives: true,
-	}}
+	etcd := etcdClient(filepath.Join(dir, etcdSocket))
 	starting := backend.Part{Reason: backend.ReasonStarting}
 	in := &instance{
 		b: b, dir: dir, bins: bins, pki: p, meta: m,
@@ -329,8 +322,22 @@ func (in *instance) waitEtcd(ctx context.Context) bool {
 	}
 }
 
-func (in *instance) etcdHealthy(ctx context.Context) error {
-	body, err := get(ctx, in.etcd, "http://etcd/health")
+func (in *instance) etcdHealthy(ctx context.Context) error { return etcdHealthy(ctx, in.etcd) }
+
+// etcdClient reaches an etcd's HTTP endpoints (/health) over its client socket.
+func etcdClient(socket string) *http.Client {
+	return &http.Client{Timeout: probeTimeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+// etcdHealthy asks etcd's /health whether it serves.
+func etcdHealthy(ctx context.Context, c *http.Client) error {
+	body, err := get(ctx, c, "http://etcd/health")
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,13 @@ func startBackend(t *testing.T, stateDir string, maxClusters int, existing ...*c
 	require.NoError(t, err)
 	bins, err := LoadBinaries(t.Context(), []string{assets})
 	require.NoError(t, err)
+	return startBackendWith(t, bins, stateDir, maxClusters, existing...)
+}
+
+// startBackendWith is startBackend with the given binaries.
+func startBackendWith(t *testing.T, bins []Binaries, stateDir string, maxClusters int, existing ...*clustersv1alpha1.Cluster) *harness {
+	t.Helper()
+	var err error
 	h := &harness{t: t, notified: make(chan backend.Ref, 100), done: make(chan error, 1)}
 	h.b, err = New(Options{
 		Binaries:    bins,

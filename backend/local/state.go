@@ -24,9 +24,12 @@ const (
 	authConfigFile = authconfig.FileName // the structured authentication config
 	// etcdSocket and etcdPeerSocket are etcd's client and peer listeners: unix sockets, named
 	// relative to the folder (every process of the cluster runs in it), so the length limit of a
-	// socket path (108 bytes) binds only the operator's own health check (maxStateDirLen).
-	etcdSocket     = "etcd.sock"
-	etcdPeerSocket = "etcd-peer.sock"
+	// socket path (108 bytes) binds only the operator's own health check (maxStateDirLen). The
+	// ":0" is part of the file's name: etcd 3.5 and 3.6 require every advertised URL, unix ones
+	// too, to be "host:port" (etcd 3.7 no longer does), and listen on, and clients dial, the
+	// socket file named by the URL's host:port, so "unix://etcd.sock:0" works with all three.
+	etcdSocket     = "etcd.sock:0"
+	etcdPeerSocket = "etcd-peer.sock:0"
 	kcmKubeconfig  = "kube-controller-manager.kubeconfig" // its credentials, 0600
 	logDir         = "logs"                               // one log file per process
 	etcdLogFile    = "etcd.log"

@@ -1,0 +1,93 @@
+package local
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// EnvEtcdBinaries names etcd binaries of other release lines than the envtest one (a list of
+// paths, joined as PATH is), for TestEtcdLines. `make test` builds etcd 3.5 and 3.6 from the Go
+// module proxy (ETCD_LINES) and sets it.
+const EnvEtcdBinaries = "LOCAL_ETCD_BINARIES"
+
+// TestEtcdLines: a cluster starts with the etcd of every release line a served Kubernetes
+// version requires (3.5 up to Kubernetes 1.33, 3.6 for 1.34 to 1.36, 3.7 since 1.37): the
+// folder is accepted by LoadBinaries (whose start check runs etcd with a cluster's flags) and a
+// cluster of it becomes Ready, its API server reaching etcd through the unix socket.
+func TestEtcdLines(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	etcds := []string{filepath.Join(assets, "etcd")}
+	if v := os.Getenv(EnvEtcdBinaries); v != "" {
+		etcds = append(etcds, filepath.SplitList(v)...)
+	} else {
+		testenv.MissingTool(t, "etcd 3.5 and 3.6 ("+EnvEtcdBinaries+", set by make test)", os.ErrNotExist)
+	}
+	lines := map[string]bool{}
+	for _, etcd := range etcds {
+		out, err := exec.Command(etcd, "--version").Output()
+		require.NoError(t, err, etcd)
+		version := strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "etcd Version:"))
+		lines[strings.Join(strings.SplitN(version, ".", 3)[:2], ".")] = true
+		t.Run("etcd "+version, func(t *testing.T) {
+			// A folder of the envtest kube-apiserver and kube-controller-manager with this etcd.
+			dir := t.TempDir()
+			for _, f := range []string{"kube-apiserver", "kube-controller-manager"} {
+				require.NoError(t, os.Symlink(filepath.Join(assets, f), filepath.Join(dir, f)))
+			}
+			require.NoError(t, os.Symlink(etcd, filepath.Join(dir, "etcd")))
+			bins, err := LoadBinaries(t.Context(), []string{dir})
+			require.NoError(t, err)
+
+			h := startBackendWith(t, bins, t.TempDir(), 1)
+			cl := newCluster("etcd-" + strings.ReplaceAll(version, ".", "-"))
+			h.await(cl, "Ready with etcd "+version, ready)
+			gone, err := h.b.Delete(t.Context(), cl)
+			require.NoError(t, err)
+			assert.True(t, gone)
+		})
+	}
+	if os.Getenv(EnvEtcdBinaries) != "" {
+		assert.Equal(t, map[string]bool{"3.5": true, "3.6": true, "3.7": true}, lines, "every etcd line")
+	}
+}
+
+// TestLoadBinariesEtcdCannotStart: a folder whose etcd reports a version but exits at once with
+// a cluster's flags (as etcd 3.6 did on the unix peer URL) is refused at load time, naming the
+// folder and quoting etcd's error, so its version is never offered.
+func TestLoadBinariesEtcdCannotStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "k8s-1.36")
+	fakeBinary(t, dir, "kube-apiserver", echoVersion("1.36.3"), 0o755)
+	fakeBinary(t, dir, "kube-controller-manager", echoVersion("1.36.3"), 0o755)
+	fakeBinary(t, dir, "etcd", `#!/bin/sh
+if [ "$1" = --version ]; then echo "etcd Version: 3.6.6"; exit 0; fi
+echo '{"level":"fatal","msg":"discovery failed","error":"--initial-advertise-peer-urls \"unix://peer.sock\" must be \"host:port\""}' >&2
+exit 1
+`, 0o755)
+	_, err := LoadBinaries(t.Context(), []string{dir})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--local-binaries folder "+dir+": ")
+	assert.Contains(t, err.Error(), "cannot run a cluster's etcd")
+	assert.Contains(t, err.Error(), `discovery failed: --initial-advertise-peer-urls "unix://peer.sock" must be "host:port"`)
+}
+
+func TestLastLine(t *testing.T) {
+	for _, tc := range []struct{ out, want string }{
+		{"", ""},
+		{"one\ntwo\n\n", "two"},
+		{`{"level":"warn","msg":"failed to verify flags","error":"--initial-advertise-peer-urls \"unix://p\" must be \"host:port\""}` + "\n",
+			`failed to verify flags: --initial-advertise-peer-urls "unix://p" must be "host:port"`},
+		{`{"level":"info","msg":"started"}`, "started"},
+		{strings.Repeat("x", 400), strings.Repeat("x", 300) + "..."},
+	} {
+		assert.Equal(t, tc.want, lastLine(tc.out), tc.out)
+	}
+}
