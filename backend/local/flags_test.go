@@ -40,11 +40,11 @@ func TestEtcdArgs(t *testing.T) {
 
 			// Client and peer listen on unix sockets named relative to the cluster's folder, etcd's
 			// working directory.
-			assert.Equal(t, "unix://etcd.sock", f["--listen-client-urls"])
-			assert.Equal(t, "unix://etcd.sock", f["--advertise-client-urls"])
-			assert.Equal(t, "unix://etcd-peer.sock", f["--listen-peer-urls"])
-			assert.Equal(t, "unix://etcd-peer.sock", f["--initial-advertise-peer-urls"])
-			assert.Equal(t, "default=unix://etcd-peer.sock", f["--initial-cluster"])
+			assert.Equal(t, "unix://etcd.sock:0", f["--listen-client-urls"])
+			assert.Equal(t, "unix://etcd.sock:0", f["--advertise-client-urls"])
+			assert.Equal(t, "unix://etcd-peer.sock:0", f["--listen-peer-urls"])
+			assert.Equal(t, "unix://etcd-peer.sock:0", f["--initial-advertise-peer-urls"])
+			assert.Equal(t, "default=unix://etcd-peer.sock:0", f["--initial-cluster"])
 			assert.Equal(t, "default", f["--name"])
 			assert.Empty(t, f["--listen-metrics-urls"], "no metrics listener")
 			_, clientAuth := f["--client-cert-auth"]
@@ -132,7 +132,7 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-signing-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/sa.pub", f["--service-account-key-file"])
 			assert.Equal(t, "41234", f["--secure-port"])
-			assert.Equal(t, "unix://etcd.sock", f["--etcd-servers"], "etcd's socket, relative to the cluster's folder")
+			assert.Equal(t, "unix://etcd.sock:0", f["--etcd-servers"], "etcd's socket, relative to the cluster's folder")
 			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--client-ca-file"])
