@@ -52,12 +52,14 @@ func (b *Backend) stateError(err error) error {
 }
 
 // repairMeta rebuilds the damaged record of cl's folder dir (readErr) from what the Cluster's
-// status says of it: the same ports (so the endpoint and every kubeconfig stay), the same version.
-// The damaged file is kept beside it. It returns the record and what it did, for an Event.
+// status says of it: the same ports (so the endpoint and every kubeconfig stay), the same version,
+// the same service range (a status without one is of a cluster made before it was recorded: the
+// legacy range). The damaged file is kept beside it. It returns the record and what it did, for
+// an Event.
 func (b *Backend) repairMeta(dir string, cl *clustersv1alpha1.Cluster, version string, readErr error) (meta, string) {
-	m := meta{UID: cl.UID, Version: version}
+	m := meta{UID: cl.UID, Version: version, ServiceCIDR: b.opts.ServiceCIDR}
 	if ps, ok := localStatus(cl); ok {
-		m.Ports, m.DataLost = ps.Ports, ps.DataLost
+		m.Ports, m.DataLost, m.ServiceCIDR = ps.Ports, ps.DataLost, ps.ServiceCIDR
 		if v := strings.TrimPrefix(ps.Version, "v"); v != "" {
 			m.Version = v
 		}

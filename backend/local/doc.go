@@ -84,4 +84,13 @@
 //
 // A Cluster refused for capacity (CapacityExhausted) is remembered, and notified when a cluster
 // is deleted: it starts then without anybody touching it.
+//
+// # Sharing one pod
+//
+// Every cluster's processes share the operator's pod: its CPU, memory and network. So each API
+// server runs API Priority and Fairness with small in-flight limits (one user's load queues
+// behind its own share), etcd has a 1 GiB quota, each process's log is capped (caplog.go), and a
+// cluster's service range (meta.ServiceCIDR, --local-service-cidr) is one the platform does not
+// use, because its API server calls webhooks and APIServices at their Services' addresses from
+// the pod. BenchmarkNoisyNeighbour measures what one cluster's load does to another.
 package local

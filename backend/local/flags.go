@@ -7,19 +7,62 @@ import (
 	"strconv"
 	"strings"
 
+	netutils "k8s.io/utils/net"
+
 	"github.com/openmcp-local/cluster-provider/backend"
 )
 
-// The service network of every local cluster. Nothing routes it (no kube-proxy, no nodes), but the
-// API server allocates the kubernetes Service from it and the controller manager's service-CIDR
-// controller tracks it.
+// The service network of a local cluster. Nothing routes it (no kube-proxy, no nodes), but the
+// API server allocates Services' addresses from it, and it calls a webhook or an APIService that
+// names a Service at that Service's address: from the operator's pod. A range the platform uses
+// would send those calls to the platform's own Services, so the default is 198.18.0.0/16, part of
+// the range reserved for benchmarking (RFC 2544), which no platform or cloud network hands out
+// (kubeadm and kind 10.96.0.0/12, EKS 10.100.0.0/16 and 172.20.0.0/16, OpenShift 172.30.0.0/16,
+// Gardener 100.64.0.0/13, Docker 172.17.0.0/16, most pod ranges in 10.0.0.0/8). A cluster keeps
+// the range it was created with (meta.ServiceCIDR): changing it under existing data would move
+// the kubernetes Service. Clusters created before the range was recorded have LegacyServiceCIDR.
 const (
-	serviceCIDR = "10.96.0.0/16"
-	serviceIP   = "10.96.0.1"
+	DefaultServiceCIDR = "198.18.0.0/16"
+	LegacyServiceCIDR  = "10.96.0.0/16"
 	// serviceAccountIssuer is the iss of service-account tokens. It does not name a port, so
 	// tokens stay valid when the API server's port changes.
 	serviceAccountIssuer = backend.ServiceAccountIssuer
 )
+
+// ValidServiceCIDR checks a service range as kube-apiserver will: one IPv4 or IPv6 CIDR, at
+// most a /12 (IPv4) or /108 (IPv6) as kube-apiserver allows, and with room for the kubernetes
+// Service (at least 8 addresses).
+func ValidServiceCIDR(cidr string) error {
+	ip, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return fmt.Errorf("%q is not a CIDR such as %s", cidr, DefaultServiceCIDR)
+	}
+	if !ip.Equal(n.IP) {
+		return fmt.Errorf("%q has host bits set: write %s", cidr, n)
+	}
+	ones, bits := n.Mask.Size()
+	minOnes := 12
+	if bits == 128 {
+		minOnes = 108
+	}
+	if ones < minOnes || bits-ones < 3 {
+		return fmt.Errorf("%q: the prefix must be from /%d to /%d", cidr, minOnes, bits-3)
+	}
+	return nil
+}
+
+// kubernetesServiceIP is the address of the kubernetes Service in cidr: its first host address.
+func kubernetesServiceIP(cidr string) net.IP {
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return nil
+	}
+	ip, err := netutils.GetIndexedIP(n, 1)
+	if err != nil {
+		return nil
+	}
+	return ip
+}
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").
 type Tuning struct {
@@ -76,7 +119,7 @@ func etcdArgs(dir string) []string {
 }
 
 // apiServerArgs are the flags of a cluster's kube-apiserver.
-func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
+func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []string {
 	pki := filepath.Join(dir, pkiDir)
 	args := []string{
 		"--etcd-servers=unix://" + etcdSocket, // relative to the cluster's folder, its working directory
@@ -92,7 +135,15 @@ func apiServerArgs(dir, advertiseHost string, p ports, t Tuning) []string {
 		"--authorization-mode=RBAC",
 		"--authentication-config=" + filepath.Join(dir, authConfigFile),
 		"--profiling=false",
-		"--enable-priority-and-fairness=false",
+		// API Priority and Fairness shares the in-flight limits between flows (users, service
+		// accounts), so one client listing large objects in a loop queues behind its own share
+		// instead of starving the controller manager and the cluster's other users. The limits are
+		// a fifth of kube-apiserver's defaults (400 and 200): a workerless cluster has no kubelets
+		// or nodes calling in, and every request in flight holds memory of the operator's pod,
+		// which all local clusters share (docs/benchmarks.md, "Noisy neighbour").
+		"--enable-priority-and-fairness=true",
+		"--max-requests-inflight=" + strconv.Itoa(maxRequestsInflight),
+		"--max-mutating-requests-inflight=" + strconv.Itoa(maxMutatingRequestsInflight),
 		"--watch-cache=" + strconv.FormatBool(t.WatchCache),
 		"--v=0",
 	}
@@ -130,7 +181,7 @@ var (
 // certificate (kubeconfig in the folder), a service-account credential per controller, the
 // cluster CA to sign approved CSRs, the service-account key to sign tokens, no leader election (one
 // per cluster), and its health and metrics port on the loopback only.
-func controllerManagerArgs(dir string, p ports, t Tuning) []string {
+func controllerManagerArgs(dir, serviceCIDR string, p ports, t Tuning) []string {
 	pki := filepath.Join(dir, pkiDir)
 	kubeconfig := filepath.Join(dir, kcmKubeconfig)
 	controllers := append(append([]string{"*"}, kcmExtraControllers...), prefixed("-", kcmDisabledControllers)...)
@@ -165,6 +216,12 @@ func controllerManagerArgs(dir string, p ports, t Tuning) []string {
 	}
 	return args
 }
+
+// The in-flight request limits of a cluster's API server (apiServerArgs).
+const (
+	maxRequestsInflight         = 80
+	maxMutatingRequestsInflight = 40
+)
 
 // The controller manager's client rate limit (its default: 20/s, burst 30).
 const (

@@ -65,7 +65,7 @@ func TestControllerManagerArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
-			f := flagMap(t, controllerManagerArgs(dir, ports{APIServer: 41234, ControllerManager: 41240}, tc.tuning))
+			f := flagMap(t, controllerManagerArgs(dir, "198.18.0.0/16", ports{APIServer: 41234, ControllerManager: 41240}, tc.tuning))
 			for _, k := range []string{"--kubeconfig", "--authentication-kubeconfig", "--authorization-kubeconfig"} {
 				assert.Equal(t, "/state/uid-7/kube-controller-manager.kubeconfig", f[k], k)
 			}
@@ -79,7 +79,7 @@ func TestControllerManagerArgs(t *testing.T) {
 			assert.Equal(t, "127.0.0.1", f["--bind-address"], "health and metrics on the loopback only")
 			assert.Equal(t, "41240", f["--secure-port"])
 			assert.Equal(t, "/state/uid-7/pki/kube-controller-manager-serving.crt", f["--tls-cert-file"])
-			assert.Equal(t, "10.96.0.0/16", f["--service-cluster-ip-range"])
+			assert.Equal(t, "198.18.0.0/16", f["--service-cluster-ip-range"])
 
 			controllers := strings.Split(f["--controllers"], ",")
 			assert.Equal(t, "*", controllers[0], "every default controller")
@@ -123,7 +123,7 @@ func TestAPIServerArgs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
 			p := ports{APIServer: 41234, ControllerManager: 41235}
-			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, p, tc.tuning))
+			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, "198.18.0.0/16", p, tc.tuning))
 
 			assert.Equal(t, "RBAC", f["--authorization-mode"])
 			assert.Equal(t, "/state/uid-7/authn.yaml", f["--authentication-config"])
@@ -136,12 +136,15 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--client-ca-file"])
-			assert.Equal(t, "10.96.0.0/16", f["--service-cluster-ip-range"])
+			assert.Equal(t, "198.18.0.0/16", f["--service-cluster-ip-range"])
 			assert.Equal(t, tc.wantBind, f["--bind-address"])
 			assert.Equal(t, tc.wantAdvertise, f["--advertise-address"])
 			assert.Equal(t, tc.wantEndpoints, f["--endpoint-reconciler-type"], "the kubernetes Service's endpoints")
 			assert.Equal(t, strconv.FormatBool(tc.tuning.WatchCache), f["--watch-cache"])
 			assert.Equal(t, "false", f["--profiling"])
+			assert.Equal(t, "true", f["--enable-priority-and-fairness"], "one client cannot starve the others")
+			assert.Equal(t, "80", f["--max-requests-inflight"])
+			assert.Equal(t, "40", f["--max-mutating-requests-inflight"])
 			_, insecure := f["--insecure-port"]
 			assert.False(t, insecure)
 		})
@@ -211,5 +214,44 @@ func TestEndpoint(t *testing.T) {
 			assert.Equal(t, tc.host, u.Hostname())
 			assert.Equal(t, strconv.Itoa(tc.port), u.Port())
 		})
+	}
+}
+
+func TestValidServiceCIDR(t *testing.T) {
+	for _, tc := range []struct {
+		cidr    string
+		wantErr string
+	}{
+		{cidr: DefaultServiceCIDR},
+		{cidr: LegacyServiceCIDR},
+		{cidr: "10.96.0.0/12"},
+		{cidr: "192.168.7.0/29"},
+		{cidr: "fd00:10:96::/108"},
+		{cidr: "fd00:10:96::/112"},
+		{cidr: "", wantErr: "not a CIDR"},
+		{cidr: "198.18.0.1", wantErr: "not a CIDR"},
+		{cidr: "198.18.0.1/16", wantErr: "host bits set: write 198.18.0.0/16"},
+		{cidr: "10.0.0.0/8", wantErr: "from /12 to /29"},
+		{cidr: "10.0.0.0/30", wantErr: "from /12 to /29"},
+		{cidr: "fd00::/64", wantErr: "from /108 to /125"},
+	} {
+		t.Run(tc.cidr, func(t *testing.T) {
+			err := ValidServiceCIDR(tc.cidr)
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tc.wantErr)
+		})
+	}
+}
+
+func TestKubernetesServiceIP(t *testing.T) {
+	for cidr, want := range map[string]string{
+		DefaultServiceCIDR: "198.18.0.1",
+		LegacyServiceCIDR:  "10.96.0.1",
+		"fd00:10:96::/108": "fd00:10:96::1",
+	} {
+		assert.Equal(t, want, kubernetesServiceIP(cidr).String(), cidr)
 	}
 }

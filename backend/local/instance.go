@@ -235,7 +235,7 @@ func (in *instance) startAPIServer(context.Context) (*process, error) {
 	p := in.meta.Ports
 	in.mu.Unlock()
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, p, *t),
+	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, in.meta.serviceCIDR(), p, *t),
 		t.env(t.APIServerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, apiLogFile))
 }
 
@@ -262,7 +262,7 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 		return nil, fmt.Errorf("writing its kubeconfig: %w", err)
 	}
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.ControllerManager(), controllerManagerArgs(in.dir, p, *t),
+	return startProcess(in.bins.ControllerManager(), controllerManagerArgs(in.dir, in.meta.serviceCIDR(), p, *t),
 		t.env(t.ControllerManagerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, kcmLogFile))
 }
 
@@ -593,6 +593,8 @@ type providerStatus struct {
 	Ports    ports      `json:"ports"`
 	Restarts int        `json:"restarts"`
 	DataLost *time.Time `json:"dataLost,omitempty"`
+	// ServiceCIDR is the cluster's service range (so that a lost record is rebuilt with it).
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 }
 
 func (in *instance) state() backend.State {
@@ -616,6 +618,7 @@ func (in *instance) state() backend.State {
 		Info:              fmt.Sprintf("%s v%s :%d", Name, version, in.meta.Ports.APIServer),
 		ProviderStatus: providerStatus{
 			Backend: Name, Version: "v" + version, Ports: in.meta.Ports, Restarts: in.restarts, DataLost: in.meta.DataLost,
+			ServiceCIDR: in.meta.serviceCIDR(),
 		},
 		Restarts: in.restarts,
 	}

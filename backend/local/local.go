@@ -40,6 +40,9 @@ type Options struct {
 	AdvertiseHost string
 	// MaxClusters is how many clusters may run at once (--local-max-clusters). Default 20.
 	MaxClusters int
+	// ServiceCIDR is the service range of new clusters (--local-service-cidr); a cluster keeps
+	// the one it was created with. Default DefaultServiceCIDR.
+	ServiceCIDR string
 	// Tuning of the processes. Default DefaultTuning.
 	Tuning *Tuning
 	// StopGrace is how long a process may take to stop after SIGTERM. Default 10s.
@@ -98,6 +101,12 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.MaxClusters == 0 {
 		opts.MaxClusters = 20
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = DefaultServiceCIDR
+	}
+	if err := ValidServiceCIDR(opts.ServiceCIDR); err != nil {
+		return nil, fmt.Errorf("local backend: --local-service-cidr %w", err)
 	}
 	if opts.Tuning == nil {
 		t := DefaultTuning
@@ -268,7 +277,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		m, err := readMeta(dir)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			m = meta{UID: cl.UID, Version: version}
+			m = meta{UID: cl.UID, Version: version, ServiceCIDR: b.opts.ServiceCIDR}
 			if lost, ps := folderLost(dir, cl); lost != nil {
 				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
 				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
@@ -345,7 +354,8 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 // prepareLocked writes what cluster m needs in its folder dir besides its ports (certificates,
 // authentication config, its record) and returns its instance, not started.
 func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, error) {
-	p, err := loadOrCreatePKI(filepath.Join(dir, pkiDir), b.hosts())
+	// The kubernetes Service's address is a name of the API server too.
+	p, err := loadOrCreatePKI(filepath.Join(dir, pkiDir), append(b.hosts(), kubernetesServiceIP(m.serviceCIDR()).String()))
 	if err != nil {
 		return nil, err
 	}

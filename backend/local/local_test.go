@@ -204,6 +204,14 @@ func TestClusterLifecycle(t *testing.T) {
 	cfg, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	cs := kubernetes.NewForConfigOrDie(cfg)
+	// The service range is the default one, recorded, and the kubernetes Service is in it.
+	assert.Equal(t, DefaultServiceCIDR, m.ServiceCIDR)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		svc, err := cs.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{})
+		if assert.NoError(c, err) {
+			assert.Equal(c, "198.18.0.1", svc.Spec.ClusterIP)
+		}
+	}, readyWithin, 200*time.Millisecond)
 	view, err := cs.RbacV1().ClusterRoles().Get(t.Context(), "view", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotEmpty(t, view.Rules, "a complete cluster's view role is aggregated from the start")

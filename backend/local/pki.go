@@ -244,7 +244,6 @@ func (p *pki) issueServing(hosts []string) error {
 			dns = append(dns, h)
 		}
 	}
-	ips = append(ips, net.ParseIP(serviceIP))
 	cert, key, err := p.issue(pkix.Name{CommonName: "kube-apiserver"}, &sans{ips: ips, dns: dns}, x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return err

@@ -104,6 +104,9 @@ func TestLoadOrCreatePKIFileModes(t *testing.T) {
 		names, "no temporary or extra files")
 }
 
+// testServiceIP is the kubernetes Service's address the backend passes as a host.
+const testServiceIP = "198.18.0.1"
+
 func TestLoadOrCreatePKIServingCert(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -114,31 +117,31 @@ func TestLoadOrCreatePKIServingCert(t *testing.T) {
 		{
 			name:    "loopback",
 			hosts:   []string{"127.0.0.1", "localhost"},
-			wantIPs: []string{"127.0.0.1", serviceIP},
+			wantIPs: []string{"127.0.0.1", testServiceIP},
 			wantDNS: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		},
 		{
 			name:    "advertised IP and name",
 			hosts:   []string{"127.0.0.1", "localhost", "10.1.2.3", "cp.example.com"},
-			wantIPs: []string{"127.0.0.1", "10.1.2.3", serviceIP},
+			wantIPs: []string{"127.0.0.1", "10.1.2.3", testServiceIP},
 			wantDNS: []string{"localhost", "cp.example.com", "kubernetes.default.svc"},
 		},
 		{
 			name:    "IPv6",
 			hosts:   []string{"::1", "fd00::5"},
-			wantIPs: []string{"::1", "fd00::5", serviceIP},
+			wantIPs: []string{"::1", "fd00::5", testServiceIP},
 			wantDNS: []string{"kubernetes.default.svc"},
 		},
 		{
 			name:    "no hosts",
 			hosts:   nil,
-			wantIPs: []string{serviceIP},
+			wantIPs: []string{testServiceIP},
 			wantDNS: []string{"kubernetes.default.svc"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			p, err := loadOrCreatePKI(dir, tc.hosts)
+			p, err := loadOrCreatePKI(dir, append(slices.Clone(tc.hosts), testServiceIP))
 			require.NoError(t, err)
 			assert.Equal(t, mustRead(t, filepath.Join(dir, caCertFile)), p.CAPEM, "CAPEM is ca.crt")
 
@@ -162,7 +165,7 @@ func TestLoadOrCreatePKIServingCert(t *testing.T) {
 			assert.False(t, cert.IsCA)
 
 			roots := caPool(t, dir)
-			for _, name := range append(slices.Clone(tc.hosts), serviceIP, "kubernetes.default.svc") {
+			for _, name := range append(slices.Clone(tc.hosts), testServiceIP, "kubernetes.default.svc") {
 				_, err := cert.Verify(x509.VerifyOptions{
 					DNSName:   name,
 					Roots:     roots,

@@ -16,18 +16,19 @@ import (
 // process is one running child (etcd, kube-apiserver or kube-controller-manager).
 type process struct {
 	cmd  *exec.Cmd
-	log  *os.File
+	log  *cappedLog
 	done chan struct{} // closed when it exited
 	err  error         // Wait's result, set before done closes
 }
 
 // startProcess starts bin with args and extra environment entries in the working directory
-// workDir, its output appended to logPath.
+// workDir, its output appended to logPath, which is capped at maxLogBytes (then rotated to
+// logPath.1).
 func startProcess(bin string, args, env []string, workDir, logPath string) (*process, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	log, err := openCappedLog(logPath, maxLogBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,17 @@ type meta struct {
 	// LostPart is what was gone when DataLost was set: empty for the whole folder, lostEtcd for
 	// the etcd data folder alone.
 	LostPart string `json:"lostPart,omitempty"`
+	// ServiceCIDR is the cluster's service range, fixed when it is created (--local-service-cidr
+	// then); empty in the records of clusters made before it was recorded: LegacyServiceCIDR.
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+}
+
+// serviceCIDR is the cluster's service range.
+func (m meta) serviceCIDR() string {
+	if m.ServiceCIDR == "" {
+		return LegacyServiceCIDR
+	}
+	return m.ServiceCIDR
 }
 
 // lostEtcd is meta.LostPart when only the etcd data folder was gone.

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -8,8 +9,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 func TestMetaRoundTrip(t *testing.T) {
@@ -262,4 +265,34 @@ func TestWriteFileAtomic(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, entries, 1)
 	})
+}
+
+// TestServiceCIDRKept: a cluster keeps the service range it was created with. A record without
+// one is of a cluster made before ranges were recorded (the legacy range); a lost record is
+// rebuilt with the range the Cluster's status names, or the legacy one when the status has none.
+func TestServiceCIDRKept(t *testing.T) {
+	assert.Equal(t, LegacyServiceCIDR, meta{}.serviceCIDR(), "an old record")
+	assert.Equal(t, "172.30.0.0/16", meta{ServiceCIDR: "172.30.0.0/16"}.serviceCIDR())
+
+	b := &Backend{opts: Options{ServiceCIDR: "203.0.113.0/24"}, log: logr.Discard()}
+	for _, tc := range []struct {
+		name   string
+		status any
+		want   string
+	}{
+		{name: "no status: a new cluster's range", status: nil, want: "203.0.113.0/24"},
+		{name: "a status with the range", status: providerStatus{Backend: Name, Version: "v1.37.1", ServiceCIDR: DefaultServiceCIDR}, want: DefaultServiceCIDR},
+		{name: "a status of an older operator", status: providerStatus{Backend: Name, Version: "v1.37.1"}, want: LegacyServiceCIDR},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := newCluster("repair")
+			if tc.status != nil {
+				raw, err := json.Marshal(tc.status)
+				require.NoError(t, err)
+				cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
+			}
+			m, _ := b.repairMeta(t.TempDir(), cl, "1.37.1", os.ErrNotExist)
+			assert.Equal(t, tc.want, m.serviceCIDR())
+		})
+	}
 }

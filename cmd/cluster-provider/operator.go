@@ -220,6 +220,7 @@ func newBackends(mgr ctrl.Manager, engine *manager.Engine, o *runOptions, bins [
 		StateDir:      o.StateDir,
 		AdvertiseHost: o.LocalAdvertiseHost,
 		MaxClusters:   o.LocalMaxClusters,
+		ServiceCIDR:   o.LocalServiceCIDR,
 		Notify:        notify,
 		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
 			list := &clustersv1alpha1.ClusterList{}

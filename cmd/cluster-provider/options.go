@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/openmcp-local/cluster-provider/backend/local"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 )
@@ -72,6 +73,9 @@ type runOptions struct {
 	LocalAdvertiseHost string
 	// LocalMaxClusters is --local-max-clusters. Default 20.
 	LocalMaxClusters int
+	// LocalServiceCIDR is --local-service-cidr: the service range of new local clusters.
+	// Default local.DefaultServiceCIDR.
+	LocalServiceCIDR string
 	// ClusterWorkers is --cluster-workers: Clusters of one profile reconciled in parallel.
 	// Default profile.DefaultWorkers.
 	ClusterWorkers int
@@ -175,6 +179,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Host (IP or DNS name) in local clusters' endpoints and serving certificates; a non-loopback host makes their API servers listen on every interface.")
 	fs.IntVar(&o.LocalMaxClusters, "local-max-clusters", 20,
 		"How many local clusters may run at once; Clusters beyond get Provisioned=False, reason CapacityExhausted.")
+	fs.StringVar(&o.LocalServiceCIDR, "local-service-cidr", local.DefaultServiceCIDR,
+		"Service range of new local clusters (each keeps the one it was created with). Choose one the platform's network does not use: the clusters' API servers call webhooks and APIServices at their Services' addresses from the operator's pod.")
 	fs.IntVar(&o.ClusterWorkers, "cluster-workers", profile.DefaultWorkers.Cluster,
 		"Workers per ClusterProfile for Clusters: how many Clusters of one profile are reconciled at once (one Cluster never by two).")
 	fs.IntVar(&o.AccessRequestWorkers, "accessrequest-workers", profile.DefaultWorkers.AccessRequest,
@@ -249,6 +255,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.LocalMaxClusters < 1 {
 		errs = append(errs, fmt.Errorf("--local-max-clusters %d: must be at least 1", o.LocalMaxClusters))
+	}
+	if err := local.ValidServiceCIDR(o.LocalServiceCIDR); err != nil {
+		errs = append(errs, fmt.Errorf("--local-service-cidr %w", err))
 	}
 	if h := o.LocalAdvertiseHost; net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 {
 		errs = append(errs, fmt.Errorf("--local-advertise-host %q: want an IP address or a DNS name", h))

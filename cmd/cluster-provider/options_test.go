@@ -38,6 +38,7 @@ func TestParseRunOptions(t *testing.T) {
 				assert.Empty(t, o.LeaderElectionNamespace)
 				assert.Empty(t, o.ConfigPath)
 				assert.Empty(t, o.Kubeconfig)
+				assert.Equal(t, "198.18.0.0/16", o.LocalServiceCIDR, "a range platforms do not use")
 				assert.Equal(t, []time.Duration{137 * time.Second, 107 * time.Second, 26 * time.Second},
 					[]time.Duration{o.LeaseDuration, o.RenewDeadline, o.RetryPeriod})
 			},
@@ -95,6 +96,8 @@ func TestParseRunOptions(t *testing.T) {
 		"bad bool":                     {args: []string{"--provider-name=x", "--leader-elect=maybe"}, wantErr: []string{"-leader-elect"}},
 		"bad zap level":                {args: []string{"--provider-name=x", "--zap-log-level=loud"}, wantErr: []string{"-zap-log-level"}},
 		"positional argument":          {args: []string{"--provider-name=x", "extra"}, wantErr: []string{`unexpected argument "extra"`}},
+		"service range not a CIDR":     {args: []string{"--provider-name=x", "--local-service-cidr=10.96.0.1"}, wantErr: []string{`--local-service-cidr "10.96.0.1" is not a CIDR`}},
+		"service range too large":      {args: []string{"--provider-name=x", "--local-service-cidr=10.0.0.0/8"}, wantErr: []string{`--local-service-cidr "10.0.0.0/8": the prefix must be from /12 to /29`}},
 		"every problem is reported": {
 			args:    []string{"--provider-name=X", "--environment=Y", "--controllers=z"},
 			wantErr: []string{"--provider-name", "--environment", "--controllers"},
