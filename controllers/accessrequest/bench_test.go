@@ -235,7 +235,7 @@ func BenchmarkOIDCGrant(b *testing.B) {
 	ns := env.Namespace(b)
 	pc := &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-oidc-"},
-		Spec:       providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal, OIDC: &providersv1alpha1.OIDCSettings{IssuerCABundle: provider.CAPEM}},
+		Spec:       providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal, OIDC: &providersv1alpha1.OIDCSettings{IssuerCABundle: provider.CAPEM, AllowPrivateIssuers: true}},
 	}
 	require.NoError(b, env.Client.Create(b.Context(), pc))
 	cl := newCluster(b, ns, "bench-oidc", "default."+testProvider+"."+pc.Name)

@@ -28,4 +28,11 @@
 // the cluster's structured authentication configuration. The request is Granted once the API
 // server runs with it; its roles and bindings are applied as for tokens, with User and Group
 // subjects prefixed as the cluster maps them, and its Secret holds a kubeconfig for kubelogin.
+//
+// An issuer is trusted only if it answers OpenID discovery (grant_oidc.go, discover), fetched
+// from the operator's pod: so the fetch dials no loopback, link-local, private or shared address
+// unless the ProviderConfig allows it (spec.oidc.allowPrivateIssuers), follows no redirect off
+// the issuer's https host, ends with the reconcile's context, and is remembered in a bounded
+// cache. What a failed fetch puts in the status is the provider's own sentence
+// (discoveryError), never the issuer's answer or a Go error text.
 package accessrequest

@@ -9,9 +9,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -50,7 +54,7 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 		return r.deny(ctx, ar, g.base, ReasonOIDCNotSupported, fmt.Sprintf("backend %q cannot make its clusters trust OIDC issuers; request spec.token instead", r.BackendName))
 	}
 	c := oidcConfig(ar)
-	if g.granted && intact(g.secret, g.cfg.Host, g.cfg.CAData) && r.discovery().reachable(r.OIDC)(c.Issuer) == nil {
+	if g.granted && intact(g.secret, g.cfg.Host, g.cfg.CAData) && r.discovery().reachable(ctx, r.OIDC)(c.Issuer) == nil {
 		// Granted and its issuer still answers; looked at again after oidcRecheck. An issuer
 		// that stopped answering falls through: it leaves the cluster's configuration (which its
 		// API server could not reload otherwise) and the request goes back to Pending.
@@ -128,7 +132,7 @@ func (r *Reconciler) setTrust(ctx context.Context, auth backend.Authenticator, c
 			reqs = append(reqs, o)
 		}
 	}
-	tr := trustFor(reqs, r.OIDC, r.discovery().reachable(r.OIDC))
+	tr := trustFor(reqs, r.OIDC, r.discovery().reachable(ctx, r.OIDC))
 	applied, err = auth.SetJWTAuthenticators(ctx, cl, tr.jwt)
 	if err != nil {
 		return false, nil, fmt.Errorf("setting the cluster's trusted issuers: %w", err)
@@ -153,7 +157,8 @@ func (r *Reconciler) discovery() *discoveryCache {
 }
 
 // discoveryCache remembers for a while whether issuers answer OpenID discovery, so that one
-// cluster's requests do not ask an issuer again on every reconcile.
+// cluster's requests do not ask an issuer again on every reconcile. It holds at most
+// maxDiscoveryResults answers, none older than discoveryOKFor.
 type discoveryCache struct {
 	mu      sync.Mutex
 	results map[string]discoveryResult
@@ -165,42 +170,89 @@ type discoveryResult struct {
 	at  time.Time
 }
 
-// How long a discovery answer is remembered: a working issuer longer than a failing one.
+// How long a discovery answer is remembered: a working issuer longer than a failing one; how
+// long one discovery may take; how many answers are kept.
 const (
-	discoveryOKFor     = time.Minute
-	discoveryFailedFor = 10 * time.Second
-	discoveryTimeout   = 5 * time.Second
+	discoveryOKFor      = time.Minute
+	discoveryFailedFor  = 10 * time.Second
+	discoveryTimeout    = 5 * time.Second
+	maxDiscoveryResults = 1024
 )
 
 // reachable returns a function that reports whether an issuer answers discovery, verified with
-// settings' CA bundle (or the system's roots).
-func (d *discoveryCache) reachable(settings *providersv1alpha1.OIDCSettings) func(string) error {
+// settings' CA bundle (or the system's roots) and within settings' address rules. Its error says
+// what is wrong in the provider's own words, never in the issuer's (see discoveryError).
+func (d *discoveryCache) reachable(ctx context.Context, settings *providersv1alpha1.OIDCSettings) func(string) error {
 	var caBundle string
+	var allowPrivate bool
 	if settings != nil {
-		caBundle = settings.IssuerCABundle
+		caBundle, allowPrivate = settings.IssuerCABundle, settings.AllowPrivateIssuers
 	}
 	return func(issuer string) error {
-		key := issuer + "\x00" + caBundle
+		key := fmt.Sprintf("%s\x00%s\x00%t", issuer, caBundle, allowPrivate)
 		d.mu.Lock()
 		res, ok := d.results[key]
 		d.mu.Unlock()
-		if ok {
-			age := d.now().Sub(res.at)
-			if res.err == nil && age < discoveryOKFor || res.err != nil && age < discoveryFailedFor {
-				return res.err
-			}
+		if ok && d.fresh(res) {
+			return res.err
 		}
-		err := discover(issuer, caBundle)
-		d.mu.Lock()
-		d.results[key] = discoveryResult{err: err, at: d.now()}
-		d.mu.Unlock()
+		err := discover(ctx, issuer, caBundle, allowPrivate)
+		if err != nil {
+			log.FromContext(ctx).V(1).Info("OpenID discovery failed", "issuer", issuer, "error", err.Error())
+			err = discoveryError(issuer, err)
+		}
+		if ctx.Err() != nil {
+			return err // cut short by the caller: nothing learned about the issuer
+		}
+		d.store(key, discoveryResult{err: err, at: d.now()})
 		return err
 	}
 }
 
+// fresh reports whether res may still be used.
+func (d *discoveryCache) fresh(res discoveryResult) bool {
+	age := d.now().Sub(res.at)
+	return res.err == nil && age < discoveryOKFor || res.err != nil && age < discoveryFailedFor
+}
+
+// store remembers res under key, first dropping every stale answer and, when still full, the
+// oldest ones.
+func (d *discoveryCache) store(key string, res discoveryResult) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, r := range d.results {
+		if !d.fresh(r) {
+			delete(d.results, k)
+		}
+	}
+	for len(d.results) >= maxDiscoveryResults {
+		oldest := ""
+		for k, r := range d.results {
+			if oldest == "" || r.at.Before(d.results[oldest].at) {
+				oldest = k
+			}
+		}
+		delete(d.results, oldest)
+	}
+	d.results[key] = res
+}
+
+// errAddressNotAllowed: the issuer's host resolved to an address the ProviderConfig does not
+// allow (AllowPrivateIssuers).
+var errAddressNotAllowed = errors.New("address not allowed")
+
+// errRedirect: discovery was redirected to another host, or to http.
+var errRedirect = errors.New("redirected to another host or to http")
+
+// errIssuerMismatch: the discovery document names another issuer.
+var errIssuerMismatch = errors.New("the discovery document names another issuer")
+
 // discover fetches issuer's OpenID configuration and checks that it names issuer exactly, as the
-// API server does before it trusts it.
-func discover(issuer, caBundle string) error {
+// API server does before it trusts it. It dials only addresses allowedAddress accepts (checked on
+// the address actually dialed, so a name that resolves, or is re-resolved, to a private address
+// is refused too), follows redirects only within the issuer's https host, and gives up with ctx
+// or after discoveryTimeout.
+func discover(ctx context.Context, issuer, caBundle string, allowPrivate bool) error {
 	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caBundle != "" {
 		pool := x509.NewCertPool()
@@ -209,15 +261,47 @@ func discover(issuer, caBundle string) error {
 		}
 		tlsConfig.RootCAs = pool
 	}
-	c := &http.Client{Timeout: discoveryTimeout, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-	defer c.CloseIdleConnections()
-	resp, err := c.Get(strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration")
+	dialer := &net.Dialer{Timeout: discoveryTimeout}
+	if !allowPrivate {
+		dialer.Control = func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			if ip, err := netip.ParseAddr(host); err != nil || !publicAddress(ip) {
+				return fmt.Errorf("%w: %s", errAddressNotAllowed, host)
+			}
+			return nil
+		}
+	}
+	// No proxy from the environment: the addresses checked are the ones dialed.
+	transport := &http.Transport{TLSClientConfig: tlsConfig, DialContext: dialer.DialContext, ForceAttemptHTTP2: true}
+	defer transport.CloseIdleConnections()
+	start, err := url.Parse(issuer)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{
+		Timeout:   discoveryTimeout,
+		Transport: transport,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if req.URL.Scheme != "https" || !strings.EqualFold(req.URL.Host, start.Host) || len(via) > 3 {
+				return errRedirect
+			}
+			return nil
+		},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(issuer, "/")+"/.well-known/openid-configuration", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("discovery answered %s", resp.Status)
+		return httpStatusError(resp.StatusCode)
 	}
 	var doc struct {
 		Issuer string `json:"issuer"`
@@ -226,7 +310,71 @@ func discover(issuer, caBundle string) error {
 		return fmt.Errorf("discovery document: %w", err)
 	}
 	if doc.Issuer != issuer {
-		return kit.Errorf(ReasonInvalidOIDC, "the discovery document names issuer %q, not %q: they must be equal, as in the tokens' iss claim", doc.Issuer, issuer)
+		return errIssuerMismatch
 	}
 	return nil
+}
+
+// httpStatusError is a discovery answer other than 200.
+type httpStatusError int
+
+func (e httpStatusError) Error() string { return fmt.Sprintf("HTTP %d", int(e)) }
+
+// sharedAddressSpace is 100.64.0.0/10 (RFC 6598): carrier-grade NAT, and pod or service ranges
+// of some platforms (Gardener).
+var sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10")
+
+// publicAddress reports whether ip is an address discovery may reach without the ProviderConfig's
+// AllowPrivateIssuers: not loopback, link-local (cloud metadata: 169.254.169.254), private
+// (RFC 1918, IPv6 ULA such as fd00:ec2::254), shared, unspecified or multicast.
+func publicAddress(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	return ip.IsValid() && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() && !ip.IsLinkLocalMulticast() &&
+		!ip.IsPrivate() && !ip.IsUnspecified() && !ip.IsMulticast() && !ip.IsInterfaceLocalMulticast() &&
+		!sharedAddressSpace.Contains(ip)
+}
+
+// discoveryError turns a failed discovery of issuer into an error for the request's status: its
+// reason and a message in the provider's words. Nothing of the issuer's answer (its body, its
+// headers, its certificate's names) and no Go dial or TLS error text goes into it; the raw error
+// is logged at V(1).
+func discoveryError(issuer string, err error) error {
+	if kit.ReasonOf(err, "") != "" {
+		return err
+	}
+	var (
+		status   httpStatusError
+		dnsErr   *net.DNSError
+		certErr  *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostErr  x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		syntax   *json.SyntaxError
+		typeErr  *json.UnmarshalTypeError
+		netError net.Error
+	)
+	what := "the connection failed"
+	switch {
+	case errors.Is(err, errAddressNotAllowed):
+		return kit.Errorf(ReasonIssuerNotAllowed, "issuer %s resolves to a loopback, link-local, private or shared address, which this ClusterProfile does not allow: the provider fetches discovery documents from inside the platform (ask the platform team to set the ProviderConfig's spec.oidc.allowPrivateIssuers for an identity provider in its network)", issuer)
+	case errors.Is(err, errRedirect):
+		what = "it redirects to another host or to http, which is not followed; name the issuer the tokens' iss claim names"
+	case errors.Is(err, errIssuerMismatch):
+		return kit.Errorf(ReasonInvalidOIDC, "the discovery document of %s names another issuer: spec.oidc.issuer must equal the issuer the identity provider names, as in the tokens' iss claim", issuer)
+	case errors.As(err, &status):
+		what = fmt.Sprintf("it answered HTTP %d, not 200", int(status))
+	case errors.As(err, &dnsErr):
+		what = "its host name does not resolve"
+	case errors.As(err, &certErr), errors.As(err, &unknown), errors.As(err, &hostErr), errors.As(err, &invalid):
+		what = "its TLS certificate is not trusted for that name (the ProviderConfig's spec.oidc.issuerCABundle, or else the system's roots, must verify it)"
+	case errors.As(err, &syntax), errors.As(err, &typeErr), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		what = "its discovery document is not valid JSON"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netError) && netError.Timeout():
+		what = fmt.Sprintf("it did not answer within %s", discoveryTimeout)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		what = "the connection was refused"
+	case errors.Is(err, context.Canceled):
+		what = "the check was cut short"
+	}
+	return kit.Errorf(ReasonIssuerUnreachable, "issuer %s does not answer OpenID discovery: %s; the cluster trusts it once it does", issuer, what)
 }

@@ -71,11 +71,43 @@ func checkOIDC(c common.OIDCProviderConfig, settings *providersv1alpha1.OIDCSett
 	case strings.HasPrefix(c.UsernamePrefix, systemPrefix) || strings.HasPrefix(c.GroupsPrefix, systemPrefix):
 		return kit.Errorf(ReasonInvalidOIDC, "spec.oidc usernamePrefix %q and groupsPrefix %q must not start with %q: those names are Kubernetes' own", c.UsernamePrefix, c.GroupsPrefix, systemPrefix)
 	}
-	if settings != nil && len(settings.AllowedIssuers) > 0 && !slices.ContainsFunc(settings.AllowedIssuers, func(p string) bool { return strings.HasPrefix(c.Issuer, p) }) {
+	if settings != nil && len(settings.AllowedIssuers) > 0 && !slices.ContainsFunc(settings.AllowedIssuers, func(p string) bool { return issuerAllowed(c.Issuer, p) }) {
 		return kit.Errorf(ReasonIssuerNotAllowed, "issuer %s is not allowed for this ClusterProfile (ProviderConfig spec.oidc.allowedIssuers: %s); use an allowed issuer or ask the platform team to allow it",
 			c.Issuer, strings.Join(settings.AllowedIssuers, ", "))
 	}
 	return nil
+}
+
+// issuerAllowed reports whether issuer is allowed by the allowedIssuers entry allowed: the same
+// scheme and host (case-insensitive, with the port, 443 implied for https), and a path that is
+// allowed's path or below it segment by segment. A string prefix would let https://idp.example.com
+// admit https://idp.example.com.evil.net.
+func issuerAllowed(issuer, allowed string) bool {
+	iu, err := url.Parse(issuer)
+	if err != nil || iu.User != nil || iu.RawQuery != "" || iu.Fragment != "" {
+		return false
+	}
+	au, err := url.Parse(allowed)
+	if err != nil || au.User != nil {
+		return false
+	}
+	if !strings.EqualFold(iu.Scheme, au.Scheme) || iu.Host == "" || hostPort(iu) != hostPort(au) {
+		return false
+	}
+	ip, ap := strings.TrimSuffix(iu.EscapedPath(), "/"), strings.TrimSuffix(au.EscapedPath(), "/")
+	if strings.Contains(ip, "/../") || strings.HasSuffix(ip, "/..") || strings.Contains(ip, "/./") || strings.HasSuffix(ip, "/.") {
+		return false // a path that does not say where it is
+	}
+	return ip == ap || strings.HasPrefix(ip, ap+"/")
+}
+
+// hostPort is u's host, lower-cased, and its port, the scheme's default when none is given.
+func hostPort(u *url.URL) string {
+	port := u.Port()
+	if port == "" && strings.EqualFold(u.Scheme, "https") {
+		port = "443"
+	}
+	return strings.ToLower(u.Hostname()) + ":" + port
 }
 
 // jwtAuthenticator is how a cluster's API server trusts c's issuer for the given audiences.
@@ -202,7 +234,7 @@ func trustFor(reqs []*clustersv1alpha1.AccessRequest, settings *providersv1alpha
 		}
 		if err := reachable(c.Issuer); err != nil {
 			if kit.ReasonOf(err, "") == "" {
-				err = kit.Errorf(ReasonIssuerUnreachable, "issuer %s does not answer OpenID discovery (%v); the cluster trusts it once it does", c.Issuer, err)
+				err = kit.Errorf(ReasonIssuerUnreachable, "issuer %s does not answer OpenID discovery; the cluster trusts it once it does", c.Issuer)
 			}
 			t.rejected[ar.UID] = err
 			continue

@@ -33,12 +33,15 @@ func TestOIDCAccess(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true, Access: accessrequest.Options{Clock: clock}})
 	provider, second := idp.Start(t), idp.Start(t)
+	goneIssuer := "https://127.0.0.1:" + closedPort(t) // allowed, but nothing answers there
 	ns := env.Namespace(t)
 	pc := &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "oidc-"},
 		Spec: providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal, OIDC: &providersv1alpha1.OIDCSettings{
-			AllowedIssuers: []string{"https://127.0.0.1:"},
-			IssuerCABundle: provider.CAPEM + second.CAPEM,
+			// The test identity providers listen on the loopback: allowed by name, opted in.
+			AllowedIssuers:      []string{provider.Issuer, second.Issuer, goneIssuer},
+			IssuerCABundle:      provider.CAPEM + second.CAPEM,
+			AllowPrivateIssuers: true,
 		}},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), pc))
@@ -165,7 +168,7 @@ func TestOIDCAccess(t *testing.T) {
 
 	t.Run("an unreachable issuer is reported and does not block another issuer", func(t *testing.T) {
 		unreachable := newOIDCRequest(t, ns, "unreachable", cl.Name, clustersv1alpha1.OIDCConfig{OIDCProviderConfig: common.OIDCProviderConfig{
-			Name: "gone", Issuer: "https://127.0.0.1:" + closedPort(t), ClientID: "x"}})
+			Name: "gone", Issuer: goneIssuer, ClientID: "x"}})
 		waitRequest(t, client.ObjectKeyFromObject(unreachable), "Pending", func(c *assert.CollectT, ar *clustersv1alpha1.AccessRequest) {
 			hasGranted(c, ar, "Pending", accessrequest.ReasonIssuerUnreachable)
 		})

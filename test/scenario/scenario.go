@@ -62,7 +62,7 @@ func Run(t *testing.T, tg Target) {
 	pc := tg.ProviderConfig.DeepCopy()
 	pc.Name, pc.GenerateName = "", "scenario-"
 	if tg.IdP != nil {
-		pc.Spec.OIDC = &providersv1alpha1.OIDCSettings{AllowedIssuers: []string{tg.IdP.Issuer}, IssuerCABundle: tg.IdP.CAPEM}
+		pc.Spec.OIDC = &providersv1alpha1.OIDCSettings{AllowedIssuers: []string{tg.IdP.Issuer}, IssuerCABundle: tg.IdP.CAPEM, AllowPrivateIssuers: true} // the test IdP is on this machine or the kind network
 	}
 	require.NoError(t, c.Create(ctx, pc))
 	profile := tg.Environment + "." + tg.ProviderName + "." + pc.Name

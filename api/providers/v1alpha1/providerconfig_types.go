@@ -51,8 +51,11 @@ type ProviderConfigSpec struct {
 
 // OIDCSettings limit and configure the OIDC issuers a profile's Clusters may be made to trust.
 type OIDCSettings struct {
-	// AllowedIssuers are URL prefixes; an OIDC AccessRequest whose issuer starts with none of them
-	// is Denied. Empty allows any issuer.
+	// AllowedIssuers are the issuers an OIDC AccessRequest may name: one is allowed when its
+	// scheme and host (with the port) equal an entry's and its path is the entry's path or below
+	// it, segment by segment (https://idp.example.com/realms allows
+	// https://idp.example.com/realms/corp, not https://idp.example.com/realmsx nor
+	// https://idp.example.com.evil.net). Others are Denied. Empty allows any https issuer.
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=2048
 	// +kubebuilder:validation:items:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="allowedIssuers entries must be https URLs, e.g. https://idp.example.com/"
@@ -64,6 +67,14 @@ type OIDCSettings struct {
 	// +kubebuilder:validation:MaxLength=65536
 	// +optional
 	IssuerCABundle string `json:"issuerCABundle,omitempty"`
+
+	// AllowPrivateIssuers lets issuers be reached on loopback, link-local (cloud metadata),
+	// private (RFC 1918, IPv6 ULA) and shared (100.64.0.0/10) addresses. The provider fetches each
+	// issuer's discovery document from the operator's pod, so by default such addresses, which
+	// reach the platform's own network, are refused (the request is Denied IssuerNotAllowed).
+	// Allow them for an identity provider inside your network, together with AllowedIssuers.
+	// +optional
+	AllowPrivateIssuers bool `json:"allowPrivateIssuers,omitempty"`
 }
 
 // LocalBackendConfig holds settings of the local backend. It has none yet.
