@@ -97,6 +97,10 @@ func (t Tuning) env(memLimit string) []string {
 // sockets in the cluster's 0700 folder (no TCP port: nobody but the operator's user, and so the
 // cluster's own API server, reaches its data), data in the folder, fsync on (the data is the
 // user's). etcd runs with the folder as its working directory: the socket names are relative.
+// They end in ":0" (etcdSocket) so that etcd 3.5 and 3.6, which want every URL "host:port", take
+// the same flags as 3.7: one set of flags for every etcd line, no version detection. A peer on a
+// loopback TCP port instead, though a one-member cluster never dials it, would be a listener
+// every process in the pod's network namespace reaches.
 func etcdArgs(dir string) []string {
 	client := "unix://" + etcdSocket
 	peer := "unix://" + etcdPeerSocket
