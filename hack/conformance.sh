@@ -11,6 +11,9 @@
 #    that need a running Pod, a node, DNS...: each with its reason). The names are quoted and
 #    anchored, never matched by a broad pattern.
 # 4. The counts into .conformance/summary.txt; the JUnit report and logs stay in .conformance/.
+# 5. The verdict from the JUnit report (hack/conformance/verify): exactly the tests of keep.txt
+#    passed, none skipped itself at run time, no other test ran; the pass list is printed and
+#    written to .conformance/passed.txt.
 #
 # The cluster is advertised on this machine's first IPv4 address (ADVERTISE_HOST), as a deployed
 # operator advertises its pod's IP: the kubernetes Service then has Endpoints, which a loopback
@@ -120,4 +123,23 @@ elapsed=$((SECONDS - start))
   echo "Failures:"
   grep -E '^\s*\[FAIL\]' "$out/e2e.log" | sort -u || echo "  none"
 } | tee "$out/summary.txt" >&2
+
+# e2e.test's exit code is not the verdict: a test that skips itself at run time counts as a
+# success there. The JUnit report is: exactly the tests of keep.txt passed, nothing else did
+# (hack/conformance/verify). The pass list is printed and kept in $out/passed.txt.
+if [ "$focus" = '\[Conformance\]' ]; then
+  say "Checking the JUnit report against hack/conformance/keep.txt"
+  verdict=0
+  (cd "$root" && go run ./hack/conformance/verify --junit "$out/report/junit_01.xml" \
+    --keep hack/conformance/keep.txt --passed "$out/passed.txt") 2>"$out/verdict.txt" || verdict=$?
+  if [ "$verdict" -eq 0 ]; then
+    say "Passed ($(wc -l <"$out/passed.txt") tests, also in $out/passed.txt):"
+    sed 's/^/  /' "$out/passed.txt" >&2
+  else
+    rc=1
+  fi
+  tee -a "$out/summary.txt" <"$out/verdict.txt" >&2
+else
+  say "FOCUS is set: the result is not checked against the keep list"
+fi
 exit "$rc"
