@@ -105,6 +105,12 @@ IMAGE ?= cluster-provider:dev
 image: docker-check envtest ## Build the operator image $(IMAGE) FROM scratch, nothing pulled (needs a Docker engine).
 	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/image.sh $(IMAGE)
 
+CONTROLPLANE_IMAGE ?= cluster-provider/controlplane:v$(K8S_VERSION)
+
+.PHONY: controlplane-image
+controlplane-image: docker-check envtest ## Build the hosted backend's control-plane image $(CONTROLPLANE_IMAGE) FROM scratch, nothing pulled.
+	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/controlplane-image.sh $(CONTROLPLANE_IMAGE)
+
 KIND_NODE_IMAGE ?= cluster-provider/kind-node:v$(K8S_VERSION)
 
 .PHONY: kind-image
@@ -123,8 +129,8 @@ kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container
 	hack/kind-smoke.sh
 
 .PHONY: e2e-kind
-e2e-kind: docker-check kind-image image ## kind platform from the offline node image, deploy, scenario suite; then the kind backend (needs a Docker engine).
-	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
+e2e-kind: docker-check kind-image image controlplane-image ## kind platform from the offline node image, deploy, scenario suite; the hosted backend; then the kind backend (needs a Docker engine).
+	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) CONTROLPLANE_IMAGE=$(CONTROLPLANE_IMAGE) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
 
 ##@ Tools
 

@@ -116,6 +116,27 @@ func Normalize(v string) string {
 // SameVersion reports whether a and b name the same version, with or without a "v".
 func SameVersion(a, b string) bool { return Normalize(a) == Normalize(b) }
 
+// ImageVersions returns the versions of an image map (version → image, as a ProviderConfig's
+// spec.kind.nodeImages or spec.hosted.images), normalized, newest first.
+func ImageVersions(images map[string]string) []string {
+	var vs []string
+	for v := range images {
+		vs = append(vs, Normalize(v))
+	}
+	SortNewestFirst(vs)
+	return vs
+}
+
+// ImageFor returns the image of version in an image map, whichever way the key writes it.
+func ImageFor(images map[string]string, version string) (string, bool) {
+	for v, image := range images {
+		if SameVersion(v, version) {
+			return image, true
+		}
+	}
+	return "", false
+}
+
 // SortNewestFirst sorts versions, newest first; unparsable ones go last.
 func SortNewestFirst(vs []string) {
 	slices.SortStableFunc(vs, func(a, b string) int {

@@ -74,3 +74,21 @@ func TestSortNewestFirst(t *testing.T) {
 	SortNewestFirst(vs)
 	assert.Equal(t, []string{"1.37.1", "1.37.0", "1.10.2", "1.9.0", "junk"}, vs)
 }
+
+func TestImageMaps(t *testing.T) {
+	images := map[string]string{"v1.36.2": "a:v1.36.2", "1.37.1": "a:v1.37.1", "nightly": "a:nightly"}
+	assert.Equal(t, []string{"1.37.1", "1.36.2", "nightly"}, ImageVersions(images))
+	assert.Empty(t, ImageVersions(nil))
+	for _, tc := range []struct {
+		version, want string
+		ok            bool
+	}{
+		{"1.36.2", "a:v1.36.2", true},
+		{"v1.37.1", "a:v1.37.1", true},
+		{"1.35.0", "", false},
+	} {
+		got, ok := ImageFor(images, tc.version)
+		assert.Equal(t, tc.ok, ok, tc.version)
+		assert.Equal(t, tc.want, got, tc.version)
+	}
+}

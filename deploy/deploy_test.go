@@ -33,7 +33,7 @@ var env *testenv.Env
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
 
 // kustomizations are the bases and overlays of deploy/.
-var kustomizations = []string{"default", filepath.Join("overlays", "ephemeral")}
+var kustomizations = []string{"default", filepath.Join("overlays", "ephemeral"), "hosted"}
 
 func TestKustomizationsApply(t *testing.T) {
 	for _, dir := range kustomizations {
@@ -88,6 +88,17 @@ func TestDeployment(t *testing.T) {
 				env = append(env, e.Name)
 			}
 			assert.Subset(t, env, []string{"POD_NAMESPACE", "PROVIDER_NAME", "ENVIRONMENT"})
+			if dir == "hosted" {
+				// Stateless: two replicas, rolled one by one, the hosted backend on, the local off.
+				assert.Equal(t, int32(2), *d.Spec.Replicas)
+				assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, d.Spec.Strategy.Type)
+				assert.Equal(t, 0, d.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue())
+				assert.Contains(t, c.Args, "--hosted-backend")
+				for _, a := range c.Args {
+					assert.NotContains(t, a, "--local-binaries")
+				}
+				return
+			}
 			assert.Equal(t, appsv1.RecreateDeploymentStrategyType, d.Spec.Strategy.Type, "never two pods on the claim")
 		})
 	}
@@ -102,6 +113,7 @@ func TestStateVolume(t *testing.T) {
 	}{
 		{"default", true},
 		{filepath.Join("overlays", "ephemeral"), false},
+		{"hosted", false},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			var d *appsv1.Deployment

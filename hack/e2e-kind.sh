@@ -4,8 +4,8 @@
 # kind-image) and the operator image ($IMAGE, make image) first; nothing is pulled.
 #
 #   1. kind cluster $KIND_CLUSTER (default cluster-provider-e2e), the PLATFORM, from the node image,
-#      with $KIND_WORKERS worker nodes (default 1: the operator runs on the worker and reaches the
-#      API server across nodes) (hack/kindcluster: the kind backend's code, so the same networking
+#      with $KIND_WORKERS worker nodes (default 2: the operator runs on a worker and reaches the
+#      API server across nodes; the hosted control planes spread over both) (hack/kindcluster: the kind backend's code, so the same networking
 #      and docker shim);
 #   2. $IMAGE loaded into it, deploy/default applied with that image; the state claim is bound to
 #      a PersistentVolume on the node made here (an offline node has no volume provisioner);
@@ -17,15 +17,24 @@
 #      Deployment cp-local with no securityContext, no probes, RollingUpdate), and
 #      TestScenarioOnKind again through it, then a rollout of it; our labeller is switched on in
 #      its runCommand, since openMCP's operator, which would run its own, does not run here;
-#   5. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
+#   5. the hosted backend: deploy/hosted (two stateless replicas, --hosted-backend), the control
+#      plane image $CONTROLPLANE_IMAGE loaded and pinned, hack/localprovisioner serving claims of
+#      StorageClass hosted-local with local volumes on the nodes; TestScenarioHostedOnKind (the
+#      scenario suite against a hosted profile, clients reaching the NodePorts from this machine)
+#      and TestHostedOnKind (ten Clusters spread over the workers, the operator's pods deleted and
+#      rolled to another image under polling clients, control-plane pods deleted, figures);
+#   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
-KIND_WORKERS=${KIND_WORKERS:-1}
+KIND_WORKERS=${KIND_WORKERS:-2}
 IMAGE=${IMAGE:-cluster-provider:dev}
+CONTROLPLANE_IMAGE=${CONTROLPLANE_IMAGE:?CONTROLPLANE_IMAGE: the control-plane image of make controlplane-image}
+# The operator image of the hosted run's rollout: the same image under another name.
+NEXT_IMAGE=${IMAGE%%:*}:e2e-next
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:?KIND_NODE_IMAGE: the node image of make kind-image}
 bin=$PWD/bin
 kubeconfig=$bin/e2e-kind.kubeconfig
@@ -38,6 +47,9 @@ mkdir -p "$bin"
 go build -o "$bin/kindcluster" ./hack/kindcluster
 
 cleanup() {
+  if [ -n "${provisioner:-}" ]; then
+    kill "$provisioner" 2>/dev/null || true
+  fi
   if [ "${KEEP:-}" = 1 ]; then
     say "KEEP=1: kind cluster $KIND_CLUSTER stays (kubeconfig $kubeconfig)"
     return
@@ -54,8 +66,9 @@ trap cleanup EXIT
 start=$SECONDS
 say "Creating kind cluster $KIND_CLUSTER from $KIND_NODE_IMAGE"
 "$bin/kindcluster" create --name "$KIND_CLUSTER" --image "$KIND_NODE_IMAGE" --kubeconfig "$kubeconfig" --workers "$KIND_WORKERS"
-say "Loading $IMAGE into $KIND_CLUSTER"
-"$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE"
+say "Loading $IMAGE, $NEXT_IMAGE and $CONTROLPLANE_IMAGE into $KIND_CLUSTER"
+docker tag "$IMAGE" "$NEXT_IMAGE"
+"$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE" "$NEXT_IMAGE" "$CONTROLPLANE_IMAGE"
 
 # deploy/default keeps the clusters' state on a claim. A node image made offline has no volume
 # provisioner, so a local PersistentVolume on a node the operator may run on (the worker: kind
@@ -159,6 +172,19 @@ for i in $(seq 60); do
 done
 say "After the rollout, $pod leads ($((i)) s after the rollout finished)"
 kc -n "$omns" delete deploy/cp-local --wait=true
+
+say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"
+go build -o "$bin/localprovisioner" ./hack/localprovisioner
+"$bin/localprovisioner" --kubeconfig "$kubeconfig" >"$bin/localprovisioner.log" 2>&1 &
+provisioner=$!
+kc apply --server-side -k deploy/hosted
+kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
+kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
+E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
+  E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
+  go test ./test/e2e/ -run '^(TestScenarioHostedOnKind|TestHostedOnKind)$' -count=1 -v -timeout 40m
+kc -n "$ns" delete deploy/cluster-provider --wait=true
+kill "$provisioner" 2>/dev/null || true
 
 say "The kind backend for real: Clusters as kind clusters from $KIND_NODE_IMAGE"
 KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m

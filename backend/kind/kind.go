@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,7 +109,7 @@ func New(opts Options) (*Backend, error) {
 		opts.CreateTimeout = 5 * time.Minute
 	}
 	if opts.Probe == nil {
-		opts.Probe = probeReadyz
+		opts.Probe = backend.ProbeReadyz
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -130,12 +129,7 @@ func (b *Backend) VersionsFor(pc *providersv1alpha1.ProviderConfig) []string {
 	if pc.Spec.Kind == nil {
 		return nil
 	}
-	var vs []string
-	for v := range pc.Spec.Kind.NodeImages {
-		vs = append(vs, backend.Normalize(v))
-	}
-	backend.SortNewestFirst(vs)
-	return vs
+	return backend.ImageVersions(pc.Spec.Kind.NodeImages)
 }
 
 // ClusterName is the kind cluster of the Cluster with uid: "cp-" and the UID's first 20 hex
@@ -322,26 +316,4 @@ func (b *Backend) restConfig(name string, internal bool) (*rest.Config, error) {
 		return nil, fmt.Errorf("the kubeconfig of kind cluster %s: %w", name, err)
 	}
 	return cfg, nil
-}
-
-func probeReadyz(ctx context.Context, cfg *rest.Config) error {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s", resp.Status)
-	}
-	return nil
 }

@@ -5,64 +5,22 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
 
-	netutils "k8s.io/utils/net"
-
-	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 )
 
-// The service network of a local cluster. Nothing routes it (no kube-proxy, no nodes), but the
-// API server allocates Services' addresses from it, and it calls a webhook or an APIService that
-// names a Service at that Service's address: from the operator's pod. A range the platform uses
-// would send those calls to the platform's own Services, so the default is 198.18.0.0/16, part of
-// the range reserved for benchmarking (RFC 2544), which no platform or cloud network hands out
-// (kubeadm and kind 10.96.0.0/12, EKS 10.100.0.0/16 and 172.20.0.0/16, OpenShift 172.30.0.0/16,
-// Gardener 100.64.0.0/13, Docker 172.17.0.0/16, most pod ranges in 10.0.0.0/8). A cluster keeps
-// the range it was created with (meta.ServiceCIDR): changing it under existing data would move
-// the kubernetes Service. Clusters created before the range was recorded have LegacyServiceCIDR.
+// The service range of a local cluster (see controlplane.DefaultServiceCIDR). Clusters created
+// before the range was recorded (meta.ServiceCIDR) have LegacyServiceCIDR.
 const (
-	DefaultServiceCIDR = "198.18.0.0/16"
+	DefaultServiceCIDR = controlplane.DefaultServiceCIDR
 	LegacyServiceCIDR  = "10.96.0.0/16"
-	// serviceAccountIssuer is the iss of service-account tokens. It does not name a port, so
-	// tokens stay valid when the API server's port changes.
-	serviceAccountIssuer = backend.ServiceAccountIssuer
 )
 
-// ValidServiceCIDR checks a service range as kube-apiserver will: one IPv4 or IPv6 CIDR, at
-// most a /12 (IPv4) or /108 (IPv6) as kube-apiserver allows, and with room for the kubernetes
-// Service (at least 8 addresses).
-func ValidServiceCIDR(cidr string) error {
-	ip, n, err := net.ParseCIDR(cidr)
-	if err != nil {
-		return fmt.Errorf("%q is not a CIDR such as %s", cidr, DefaultServiceCIDR)
-	}
-	if !ip.Equal(n.IP) {
-		return fmt.Errorf("%q has host bits set: write %s", cidr, n)
-	}
-	ones, bits := n.Mask.Size()
-	minOnes := 12
-	if bits == 128 {
-		minOnes = 108
-	}
-	if ones < minOnes || bits-ones < 3 {
-		return fmt.Errorf("%q: the prefix must be from /%d to /%d", cidr, minOnes, bits-3)
-	}
-	return nil
-}
+// ValidServiceCIDR checks a service range (controlplane.ValidServiceCIDR).
+func ValidServiceCIDR(cidr string) error { return controlplane.ValidServiceCIDR(cidr) }
 
-// kubernetesServiceIP is the address of the kubernetes Service in cidr: its first host address.
-func kubernetesServiceIP(cidr string) net.IP {
-	_, n, err := net.ParseCIDR(cidr)
-	if err != nil {
-		return nil
-	}
-	ip, err := netutils.GetIndexedIP(n, 1)
-	if err != nil {
-		return nil
-	}
-	return ip
-}
+// kubernetesServiceIP is the address of the kubernetes Service in cidr.
+func kubernetesServiceIP(cidr string) net.IP { return controlplane.KubernetesServiceIP(cidr) }
 
 // Tuning of the processes. Measured in docs/benchmarks.md ("Local clusters").
 type Tuning struct {
@@ -125,32 +83,16 @@ func etcdArgs(dir string) []string {
 // apiServerArgs are the flags of a cluster's kube-apiserver.
 func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []string {
 	pki := filepath.Join(dir, pkiDir)
-	args := []string{
-		"--etcd-servers=unix://" + etcdSocket, // relative to the cluster's folder, its working directory
-		"--bind-address=" + bindAddress(advertiseHost),
-		"--secure-port=" + strconv.Itoa(p.APIServer),
-		"--tls-cert-file=" + filepath.Join(pki, servingCertFile),
-		"--tls-private-key-file=" + filepath.Join(pki, servingKeyFile),
-		"--client-ca-file=" + filepath.Join(pki, caCertFile),
-		"--service-account-issuer=" + serviceAccountIssuer,
-		"--service-account-key-file=" + filepath.Join(pki, saPubFile),
-		"--service-account-signing-key-file=" + filepath.Join(pki, saKeyFile),
-		"--service-cluster-ip-range=" + serviceCIDR,
-		"--authorization-mode=RBAC",
-		"--authentication-config=" + filepath.Join(dir, authConfigFile),
-		"--profiling=false",
-		// API Priority and Fairness shares the in-flight limits between flows (users, service
-		// accounts), so one client listing large objects in a loop queues behind its own share
-		// instead of starving the controller manager and the cluster's other users. The limits are
-		// a fifth of kube-apiserver's defaults (400 and 200): a workerless cluster has no kubelets
-		// or nodes calling in, and every request in flight holds memory of the operator's pod,
-		// which all local clusters share (docs/benchmarks.md, "Noisy neighbour").
-		"--enable-priority-and-fairness=true",
-		"--max-requests-inflight=" + strconv.Itoa(maxRequestsInflight),
-		"--max-mutating-requests-inflight=" + strconv.Itoa(maxMutatingRequestsInflight),
-		"--watch-cache=" + strconv.FormatBool(t.WatchCache),
-		"--v=0",
-	}
+	args := append(controlplane.APIServerArgs(controlplane.APIServerFiles{
+		ServingCert: filepath.Join(pki, servingCertFile), ServingKey: filepath.Join(pki, servingKeyFile),
+		ClientCA: filepath.Join(pki, caCertFile), ServiceAccountKey: filepath.Join(pki, saPubFile),
+		ServiceAccountSigningKey: filepath.Join(pki, saKeyFile), AuthenticationConfig: filepath.Join(dir, authConfigFile),
+	}, serviceCIDR),
+		"--etcd-servers=unix://"+etcdSocket, // relative to the cluster's folder, its working directory
+		"--bind-address="+bindAddress(advertiseHost),
+		"--secure-port="+strconv.Itoa(p.APIServer),
+		"--watch-cache="+strconv.FormatBool(t.WatchCache),
+	)
 	// The kubernetes Service's Endpoints name the advertise address: a real one (the pod's IP in
 	// deploy/default) is kept there by the lease reconciler; a loopback address may not be an
 	// endpoint, so a cluster advertised on the loopback (or by name) has none.
@@ -164,55 +106,22 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []
 	return args
 }
 
-// The controllers of a local cluster's kube-controller-manager: what a workerless Gardener shoot
-// runs (every default controller, plus the bootstrap-token signer and cleaner), without those that
-// serve only nodes or the volumes and Pods on them. See the package doc for the reasons.
-var (
-	kcmExtraControllers    = []string{"bootstrap-signer-controller", "token-cleaner-controller"}
-	kcmDisabledControllers = []string{
-		"node-ipam-controller",                      // assigns Pod CIDRs to nodes
-		"node-lifecycle-controller",                 // taints and evicts unhealthy nodes
-		"taint-eviction-controller",                 // evicts Pods from tainted nodes
-		"device-taint-eviction-controller",          // evicts Pods from tainted devices
-		"ttl-controller",                            // annotates nodes with a cache TTL
-		"persistentvolume-attach-detach-controller", // attaches volumes to nodes
-		"persistentvolume-binder-controller",        // binds and provisions volumes for Pods
-		"persistentvolume-expander-controller",      // grows volumes on nodes
-	}
-)
-
 // controllerManagerArgs are the flags of a cluster's kube-controller-manager: its own client
 // certificate (kubeconfig in the folder), a service-account credential per controller, the
 // cluster CA to sign approved CSRs, the service-account key to sign tokens, no leader election (one
 // per cluster), and its health and metrics port on the loopback only.
 func controllerManagerArgs(dir, serviceCIDR string, p ports, t Tuning) []string {
 	pki := filepath.Join(dir, pkiDir)
-	kubeconfig := filepath.Join(dir, kcmKubeconfig)
-	controllers := append(append([]string{"*"}, kcmExtraControllers...), prefixed("-", kcmDisabledControllers)...)
-	args := []string{
-		"--kubeconfig=" + kubeconfig,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--use-service-account-credentials=true",
-		"--root-ca-file=" + filepath.Join(pki, caCertFile),
-		"--cluster-signing-cert-file=" + filepath.Join(pki, caCertFile),
-		"--cluster-signing-key-file=" + filepath.Join(pki, caKeyFile),
-		"--service-account-private-key-file=" + filepath.Join(pki, saKeyFile),
-		"--service-cluster-ip-range=" + serviceCIDR,
-		"--controllers=" + strings.Join(controllers, ","),
+	args := append(controlplane.ControllerManagerArgs(controlplane.ControllerManagerFiles{
+		Kubeconfig: filepath.Join(dir, kcmKubeconfig), CACert: filepath.Join(pki, caCertFile),
+		CAKey: filepath.Join(pki, caKeyFile), ServiceAccountKey: filepath.Join(pki, saKeyFile),
+	}, serviceCIDR),
 		"--leader-elect=false",
-		// With service-account credentials, building each controller costs its own client three
-		// requests (get, namespace check, create its ServiceAccount); at the default client limit
-		// (20/s, burst 30) the forty controllers take 4 s longer to start than the requests need.
-		"--kube-api-qps=" + strconv.Itoa(kcmAPIQPS),
-		"--kube-api-burst=" + strconv.Itoa(kcmAPIBurst),
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(p.ControllerManager),
-		"--tls-cert-file=" + filepath.Join(pki, kcmServingCertFile),
-		"--tls-private-key-file=" + filepath.Join(pki, kcmServingKeyFile),
-		"--profiling=false",
-		"--v=0",
-	}
+		"--secure-port="+strconv.Itoa(p.ControllerManager),
+		"--tls-cert-file="+filepath.Join(pki, kcmServingCertFile),
+		"--tls-private-key-file="+filepath.Join(pki, kcmServingKeyFile),
+	)
 	if n := t.ConcurrentSyncs; n > 0 {
 		for _, f := range kcmConcurrencyFlags {
 			args = append(args, fmt.Sprintf("--%s=%d", f, n))
@@ -220,18 +129,6 @@ func controllerManagerArgs(dir, serviceCIDR string, p ports, t Tuning) []string 
 	}
 	return args
 }
-
-// The in-flight request limits of a cluster's API server (apiServerArgs).
-const (
-	maxRequestsInflight         = 80
-	maxMutatingRequestsInflight = 40
-)
-
-// The controller manager's client rate limit (its default: 20/s, burst 30).
-const (
-	kcmAPIQPS   = 100
-	kcmAPIBurst = 200
-)
 
 // kcmConcurrencyFlags are the worker counts of the controllers a local cluster runs.
 var kcmConcurrencyFlags = []string{
@@ -242,14 +139,6 @@ var kcmConcurrencyFlags = []string{
 	"concurrent-service-endpoint-syncs", "concurrent-serviceaccount-token-syncs",
 	"concurrent-statefulset-syncs", "concurrent-ttl-after-finished-syncs",
 	"concurrent-validating-admission-policy-status-syncs",
-}
-
-func prefixed(prefix string, ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = prefix + s
-	}
-	return out
 }
 
 // bindAddress is where the API server listens: the advertised loopback address itself when it is

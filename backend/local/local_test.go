@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -51,39 +52,44 @@ func newCluster(name string) *clustersv1alpha1.Cluster {
 // Clusters it may adopt.
 func startBackend(t *testing.T, stateDir string, maxClusters int, existing ...*clustersv1alpha1.Cluster) *harness {
 	t.Helper()
-	assets, err := testenv.AssetsDir()
-	require.NoError(t, err)
-	bins, err := LoadBinaries(t.Context(), []string{assets})
-	require.NoError(t, err)
-	return startBackendWith(t, bins, stateDir, maxClusters, existing...)
+	return startBackendOptions(t, Options{StateDir: stateDir, MaxClusters: maxClusters}, existing...)
 }
 
 // startBackendWith is startBackend with the given binaries.
 func startBackendWith(t *testing.T, bins []Binaries, stateDir string, maxClusters int, existing ...*clustersv1alpha1.Cluster) *harness {
 	t.Helper()
+	return startBackendOptions(t, Options{Binaries: bins, StateDir: stateDir, MaxClusters: maxClusters}, existing...)
+}
+
+// startBackendOptions is startBackend with opts (the envtest binaries when opts has none); it
+// sets the timing, Notify and ListClusters.
+func startBackendOptions(t *testing.T, opts Options, existing ...*clustersv1alpha1.Cluster) *harness {
+	t.Helper()
 	var err error
+	if opts.Binaries == nil {
+		assets, err := testenv.AssetsDir()
+		require.NoError(t, err)
+		opts.Binaries, err = LoadBinaries(t.Context(), []string{assets})
+		require.NoError(t, err)
+	}
 	h := &harness{t: t, notified: make(chan backend.Ref, 100), done: make(chan error, 1)}
-	h.b, err = New(Options{
-		Binaries:    bins,
-		StateDir:    stateDir,
-		MaxClusters: maxClusters,
-		StopGrace:   5 * time.Second,
-		// Short, so that a hung controller manager is restarted within seconds.
-		HealthInterval: 200 * time.Millisecond,
-		Notify: func(r backend.Ref) {
-			select {
-			case h.notified <- r:
-			default:
-			}
-		},
-		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) {
-			out := make([]clustersv1alpha1.Cluster, len(existing))
-			for i, cl := range existing {
-				out[i] = *cl
-			}
-			return out, nil
-		},
-	})
+	opts.StopGrace = 5 * time.Second
+	// Short, so that a hung controller manager is restarted within seconds.
+	opts.HealthInterval = 200 * time.Millisecond
+	opts.Notify = func(r backend.Ref) {
+		select {
+		case h.notified <- r:
+		default:
+		}
+	}
+	opts.ListClusters = func(context.Context) ([]clustersv1alpha1.Cluster, error) {
+		out := make([]clustersv1alpha1.Cluster, len(existing))
+		for i, cl := range existing {
+			out[i] = *cl
+		}
+		return out, nil
+	}
+	h.b, err = New(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -153,6 +159,14 @@ func portOpen(endpointURL string) bool {
 	}
 	_ = c.Close()
 	return true
+}
+
+// cmdline is the arguments of process pid.
+func cmdline(t *testing.T, pid int) []string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	require.NoError(t, err)
+	return strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
 }
 
 func processGone(pid int) bool {
@@ -294,14 +308,24 @@ func TestClusterLifecycle(t *testing.T) {
 			assert.True(t, processGone(pid), "%s (pid %d) stopped with the backend", name, pid)
 		}
 		assert.False(t, portOpen(endpoint))
-		h2 := startBackend(outer, stateDir, 1, cl)
+		// The new operator has another --local-service-cidr: it is for new clusters only.
+		h2 := startBackendOptions(outer, Options{StateDir: stateDir, MaxClusters: 1, ServiceCIDR: "203.0.113.0/24"}, cl)
 		s := h2.await(cl, "complete after adoption", complete)
 		assert.Equal(t, endpoint, s.Endpoint, "same port")
 		cfg, err := h2.b.AdminConfig(t.Context(), cl)
 		require.NoError(t, err)
-		got, err := kubernetes.NewForConfigOrDie(cfg).CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+		cs := kubernetes.NewForConfigOrDie(cfg)
+		got, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
 		require.NoError(t, err, "same data")
 		assert.Equal(t, "v", got.Data["k"])
+		// The cluster keeps the service range it was created with.
+		now := h2.b.PIDs(cl.UID)
+		for _, proc := range []string{procAPIServer, procControllerManager} {
+			assert.Contains(t, cmdline(t, now[proc]), "--service-cluster-ip-range="+DefaultServiceCIDR, proc)
+		}
+		svc, err := cs.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "198.18.0.1", svc.Spec.ClusterIP)
 		h = h2
 	})
 

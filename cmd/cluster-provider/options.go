@@ -85,6 +85,12 @@ type runOptions struct {
 	// KindBackend is --kind-backend: run Clusters of kind ProviderConfigs as kind clusters (needs a
 	// Docker engine). Default false.
 	KindBackend bool
+	// HostedBackend is --hosted-backend: run the control planes of hosted ProviderConfigs as
+	// workloads in the platform cluster (or their seeds). Default false.
+	HostedBackend bool
+	// HostedNamespace is --hosted-seed-namespace: where the seeds' kubeconfig Secrets are. Default:
+	// the pod's namespace.
+	HostedNamespace string
 	// AccessNamespace is --access-namespace: the namespace, in every cluster, of the
 	// ServiceAccounts of token AccessRequests. Default openmcp-access.
 	AccessNamespace string
@@ -187,6 +193,10 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Workers per ClusterProfile for AccessRequests: how many requests of one profile are granted at once (one request never by two).")
 	fs.BoolVar(&o.KindBackend, "kind-backend", false,
 		"Run the Clusters of kind ProviderConfigs as kind clusters (needs a Docker engine next to the operator); their state goes to <state-dir>/kind.")
+	fs.BoolVar(&o.HostedBackend, "hosted-backend", false,
+		"Run the control planes of hosted ProviderConfigs as workloads (etcd StatefulSet, API server Deployment) in a namespace per Cluster of the platform cluster or of the ProviderConfig's seed; needs no state dir.")
+	fs.StringVar(&o.HostedNamespace, "hosted-seed-namespace", "",
+		"Namespace of the seeds' kubeconfig Secrets (spec.hosted.seed.secretName); default: the operator pod's namespace.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
 		"Namespace, in every cluster, of the ServiceAccounts of token AccessRequests; created if missing.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,

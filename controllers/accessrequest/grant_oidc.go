@@ -54,7 +54,7 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 		return r.deny(ctx, ar, g.base, ReasonOIDCNotSupported, fmt.Sprintf("backend %q cannot make its clusters trust OIDC issuers; request spec.token instead", r.BackendName))
 	}
 	c := oidcConfig(ar)
-	if g.granted && intact(g.secret, g.cfg.Host, g.cfg.CAData) && r.discovery().reachable(ctx, r.OIDC)(c.Issuer) == nil {
+	if g.granted && intact(g.secret, g.host, g.cfg.CAData) && r.discovery().reachable(ctx, r.OIDC)(c.Issuer) == nil {
 		// Granted and its issuer still answers; looked at again after oidcRecheck. An issuer
 		// that stopped answering falls through: it leaves the cluster's configuration (which its
 		// API server could not reload otherwise) and the request goes back to Pending.
@@ -83,7 +83,7 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 		res.RequeueAfter = retryAuthConfig
 		return res, err
 	}
-	a := oidcAccess{Host: g.cfg.Host, CA: g.cfg.CAData, Issuer: c.Issuer, ClientID: c.ClientID, ExtraScopes: c.ExtraScopes, Created: g.now, Expires: ttlEnd(ar)}
+	a := oidcAccess{Host: g.host, CA: g.cfg.CAData, Issuer: c.Issuer, ClientID: c.ClientID, ExtraScopes: c.ExtraScopes, Created: g.now, Expires: ttlEnd(ar)}
 	data, err := a.secretData(ar.Spec.ClusterRef.Name)
 	if err == nil {
 		err = r.writeSecret(ctx, ar, data)

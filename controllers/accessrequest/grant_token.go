@@ -15,7 +15,7 @@ import (
 // into the Secret when it is missing, edited or due for rotation.
 func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result, error) {
 	ar := g.ar
-	created, expires, valid := validity(g.secret, g.cfg.Host, g.cfg.CAData)
+	created, expires, valid := validity(g.secret, g.host, g.cfg.CAData)
 	if g.granted && valid && g.now.Before(rotateAt(created, expires)) {
 		res, err := r.granted(ctx, g, grantedMessage(ar, expires))
 		res.RequeueAfter = rotateAt(created, expires).Sub(g.now)
@@ -31,7 +31,7 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 			return r.grantFailed(ctx, ar, g.base, err)
 		}
 	}
-	a := tokenAccess{Host: g.cfg.Host, CA: g.cfg.CAData, Created: g.now}
+	a := tokenAccess{Host: g.host, CA: g.cfg.CAData, Created: g.now}
 	token, exp, err := t.token(ctx, pl.serviceAccount, tokenValidity(g.now, r.Options.TokenValidity, ttlEnd(ar)))
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)

@@ -166,7 +166,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 	if g.cfg, err = r.Backend.AdminConfig(ctx, cl); err != nil {
 		return r.retry(ctx, ar, g.base, fmt.Errorf("reaching the cluster: %w", err))
 	}
-	if g.secret, err = r.confirmSecret(ctx, g.secret, g.cfg); err != nil {
+	g.host = clientHost(cl, g.cfg)
+	if g.secret, err = r.confirmSecret(ctx, g.secret, g.host, g.cfg.CAData); err != nil {
 		return reconcile.Result{}, err
 	}
 	// The Secret records the generation it was granted for, and is written before the status: a
@@ -181,7 +182,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, ar *clustersv1alpha1.A
 			clusterKey(ar), SecretName(ar.Name))
 	}
 	g.granted = !full && !recreated && (grantedForGeneration(ar) ||
-		intact(g.secret, g.cfg.Host, g.cfg.CAData) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
+		intact(g.secret, g.host, g.cfg.CAData) && g.secret.Annotations[AnnotationGeneration] == strconv.FormatInt(ar.Generation, 10))
 	if ar.Spec.OIDC != nil {
 		return r.grantOIDC(ctx, g)
 	}
@@ -199,10 +200,23 @@ type grant struct {
 	fresh bool
 	// cfg reaches the cluster as the provider's admin. Never logged.
 	cfg *rest.Config
+	// host is the API server URL the request's kubeconfig names (clientHost).
+	host string
 	// secret is the request's kubeconfig Secret, or nil.
 	secret *corev1.Secret
 	// granted: the request's current spec is granted already; only the Secret may need work.
 	granted bool
+}
+
+// clientHost is the API server URL for the users of a Cluster: its status.apiServer (a backend's
+// external endpoint), or where the provider itself reaches it when the status has none yet. The
+// two differ where the provider reaches the API server on an internal address (hosted: the
+// Service inside the host cluster) that users outside cannot.
+func clientHost(cl *clustersv1alpha1.Cluster, admin *rest.Config) string {
+	if cl.Status.APIServer != "" {
+		return cl.Status.APIServer
+	}
+	return admin.Host
 }
 
 // target is a client of the cluster that admin reaches, as the provider's admin.
@@ -408,8 +422,8 @@ func (r *Reconciler) secret(ctx context.Context, ar *clustersv1alpha1.AccessRequ
 // written for another cluster): the cache may not have delivered the provider's own last write
 // yet, and a grant that rewrote that stale version would issue a token twice. An intact Secret,
 // or no SecretReader, returns s as it is; nil when the Secret is gone.
-func (r *Reconciler) confirmSecret(ctx context.Context, s *corev1.Secret, cfg *rest.Config) (*corev1.Secret, error) {
-	if s == nil || r.Options.SecretReader == nil || intact(s, cfg.Host, cfg.CAData) {
+func (r *Reconciler) confirmSecret(ctx context.Context, s *corev1.Secret, host string, ca []byte) (*corev1.Secret, error) {
+	if s == nil || r.Options.SecretReader == nil || intact(s, host, ca) {
 		return s, nil
 	}
 	fresh := &corev1.Secret{}

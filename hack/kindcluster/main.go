@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
@@ -123,6 +124,28 @@ func load(p kind.Provider, name string, images []string, dir string) error {
 		if err != nil {
 			return fmt.Errorf("loading into node %s: %w", n, err)
 		}
+		// Pinned, the kubelet's image garbage collection never removes them: without a registry
+		// nothing could pull them back.
+		for _, image := range images {
+			if out, err := exec.Command("docker", "exec", n.String(), "ctr", "-n", "k8s.io", "images", "label",
+				containerdRef(image), "io.cri-containerd.pinned=pinned").CombinedOutput(); err != nil {
+				return fmt.Errorf("pinning %s on node %s: %v: %s", image, n, err, out)
+			}
+		}
 	}
 	return nil
+}
+
+// containerdRef is the name containerd keeps a Docker image under: with the registry and, for
+// an image without a path, library/ (cluster-provider:dev is docker.io/library/cluster-provider:dev).
+func containerdRef(image string) string {
+	first, _, hasSlash := strings.Cut(image, "/")
+	switch {
+	case !hasSlash:
+		return "docker.io/library/" + image
+	case strings.ContainsAny(first, ".:") || first == "localhost":
+		return image
+	default:
+		return "docker.io/" + image
+	}
 }

@@ -83,12 +83,14 @@ func Run(t *testing.T, tg Target) {
 		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
 	}
 	t.Run("a Cluster becomes Ready", func(t *testing.T) {
+		start := time.Now()
 		require.NoError(t, c.Create(ctx, cl))
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 			assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
 			assert.NotEmpty(ct, cl.Status.APIServer)
 		}, tg.Within, poll)
+		t.Logf("FIGURE create→Ready of the scenario's Cluster (%s backend): %.1f s", pc.Spec.Backend, time.Since(start).Seconds())
 	})
 
 	ar := &clustersv1alpha1.AccessRequest{

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -8,7 +10,7 @@ import (
 )
 
 // Backend is the kind of machinery that runs the clusters of a profile.
-// +kubebuilder:validation:Enum=local;kind
+// +kubebuilder:validation:Enum=local;kind;hosted
 type Backend string
 
 const (
@@ -16,14 +18,18 @@ const (
 	BackendLocal Backend = "local"
 	// BackendKind runs a kind cluster per Cluster (needs a Docker engine).
 	BackendKind Backend = "kind"
+	// BackendHosted runs each Cluster's control plane as workloads (etcd StatefulSet, API server
+	// Deployment) in a namespace of its own of the platform cluster or of a seed cluster.
+	BackendHosted Backend = "hosted"
 )
 
 // ProviderConfigSpec configures one ClusterProfile of this ClusterProvider.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || self.backend == 'local'",message="spec.local is only allowed with backend local"
 // +kubebuilder:validation:XValidation:rule="!has(self.kind) || self.backend == 'kind'",message="spec.kind is only allowed with backend kind"
+// +kubebuilder:validation:XValidation:rule="!has(self.hosted) || self.backend == 'hosted'",message="spec.hosted is only allowed with backend hosted"
 type ProviderConfigSpec struct {
-	// Backend runs the clusters: local or kind. It cannot be changed.
+	// Backend runs the clusters: local, kind or hosted. It cannot be changed.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend is immutable; create a new ProviderConfig for another backend"
 	Backend Backend `json:"backend"`
 
@@ -43,6 +49,10 @@ type ProviderConfigSpec struct {
 	// Kind holds settings of the kind backend.
 	// +optional
 	Kind *KindBackendConfig `json:"kind,omitempty"`
+
+	// Hosted holds settings of the hosted backend.
+	// +optional
+	Hosted *HostedBackendConfig `json:"hosted,omitempty"`
 
 	// OIDC limits and configures OIDC AccessRequests of the profile's Clusters.
 	// +optional
@@ -87,6 +97,76 @@ type KindBackendConfig struct {
 	// +kubebuilder:validation:MaxProperties=32
 	// +optional
 	NodeImages map[string]string `json:"nodeImages,omitempty"`
+}
+
+// HostedBackendConfig holds settings of the hosted backend: where and how each Cluster's control
+// plane runs. Settings are read when a Cluster's workloads are made or changed; the image a Cluster
+// was created with is kept in its status, so a change of Images affects new Clusters only.
+type HostedBackendConfig struct {
+	// Images are the control-plane images by Kubernetes version (1.37.1 →
+	// cluster-provider/controlplane:v1.37.1): each holds kube-apiserver, kube-controller-manager
+	// and etcd in /usr/local/bin (make controlplane-image). They are the versions the profile offers.
+	// +kubebuilder:validation:MaxProperties=32
+	// +optional
+	Images map[string]string `json:"images,omitempty"`
+
+	// Seed runs the control planes in another cluster instead of the platform: the kubeconfig in a
+	// Secret of the operator's namespace. Its API server and the nodes' external endpoint must be
+	// reachable from the operator's pod.
+	// +optional
+	Seed *SeedRef `json:"seed,omitempty"`
+
+	// StorageClassName keeps each Cluster's etcd data on a PersistentVolumeClaim of this class.
+	// Without it etcd's data is on an emptyDir: it is LOST when the etcd pod is deleted or moved.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName string `json:"storageClassName,omitempty"`
+
+	// StorageSize is the size of each etcd claim. Default 1Gi.
+	// +optional
+	StorageSize *resource.Quantity `json:"storageSize,omitempty"`
+
+	// Exposure is how clients outside the host cluster reach an API server: NodePort (default) on
+	// ExternalHost, or LoadBalancer on the address the Service is given.
+	// +kubebuilder:validation:Enum=NodePort;LoadBalancer
+	// +optional
+	Exposure corev1.ServiceType `json:"exposure,omitempty"`
+
+	// ExternalHost is the host name or IP address clients use with NodePort exposure: a node's
+	// address or a load balancer in front of the nodes. Default: the InternalIP of the host
+	// cluster's first node (by name) when the Cluster is created, kept for its life.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ExternalHost string `json:"externalHost,omitempty"`
+
+	// Resources of each control plane's containers. Defaults: apiServer requests 100m CPU and
+	// 256Mi (limit 768Mi), controllerManager 20m and 64Mi (limit 256Mi), etcd 20m and 64Mi
+	// (limit 512Mi). A container's Go memory limit (GOMEMLIMIT) follows its memory limit.
+	// +optional
+	Resources *HostedResources `json:"resources,omitempty"`
+}
+
+// SeedRef names the kubeconfig of a seed cluster.
+type SeedRef struct {
+	// SecretName is a Secret in the operator's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
+	// Key of the kubeconfig in the Secret. Default "kubeconfig".
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// HostedResources are the resources of a hosted control plane's containers; each one set replaces
+// that container's default.
+type HostedResources struct {
+	// +optional
+	APIServer *corev1.ResourceRequirements `json:"apiServer,omitempty"`
+	// +optional
+	ControllerManager *corev1.ResourceRequirements `json:"controllerManager,omitempty"`
+	// +optional
+	Etcd *corev1.ResourceRequirements `json:"etcd,omitempty"`
 }
 
 // ProviderConfigStatus is the observed state of a ProviderConfig. Phase is Ready, Progressing

@@ -1,0 +1,188 @@
+// Package certs issues the certificates of a cluster's control plane in memory: a CA, leaf
+// certificates signed by it, and the checks that decide whether one already issued can be kept.
+// The hosted backend keeps what it issues in Secrets; keys are ECDSA P-256.
+package certs
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"slices"
+	"time"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// Lifetimes: a CA (certutil's default, 10 years) outlives any cluster; a leaf is kept for a year
+// and issued anew RenewBefore its end.
+const (
+	LeafValidity = 365 * 24 * time.Hour
+	RenewBefore  = 30 * 24 * time.Hour
+)
+
+// CA is a certificate authority: its certificate and key, parsed and as PEM.
+type CA struct {
+	Cert            *x509.Certificate
+	Key             crypto.Signer
+	CertPEM, KeyPEM []byte
+}
+
+// NewCA makes a self-signed CA named commonName.
+func NewCA(commonName string) (*CA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: commonName}, key)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, err := certutil.EncodeCertificates(cert)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// ParseCA reads a CA from PEM. The error says which half does not read or that they do not belong
+// together.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the CA certificate does not read: %w", err)
+	}
+	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the CA key does not read: %w", err)
+	}
+	signer, ok := key.(crypto.Signer)
+	if !ok {
+		return nil, errors.New("the CA key cannot sign")
+	}
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, fmt.Errorf("the CA key does not belong to its certificate: %w", err)
+	}
+	if !certs[0].IsCA {
+		return nil, errors.New("the CA certificate is not a CA's")
+	}
+	return &CA{Cert: certs[0], Key: signer, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// Leaf describes a certificate to issue.
+type Leaf struct {
+	CommonName   string
+	Organization []string
+	// Hosts are the IP addresses and DNS names of a serving certificate.
+	Hosts []string
+	// Usages: client or server authentication, or both.
+	Usages []x509.ExtKeyUsage
+}
+
+// Issue signs a new certificate for l with a fresh key, valid LeafValidity.
+func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(LeafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  l.Usages,
+	}
+	for _, h := range l.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, err
+	}
+	if certPEM, err = certutil.EncodeCertificates(cert); err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = keyutil.MarshalPrivateKeyToPEM(key); err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+// Keep reports whether the pair certPEM/keyPEM can stay: it reads, the key belongs to the
+// certificate, ca signed it, it is valid for longer than RenewBefore, and it names l's subject
+// and every one of l's hosts.
+func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return false
+	}
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		return false
+	}
+	c := certs[0]
+	if c.CheckSignatureFrom(ca.Cert) != nil || time.Until(c.NotAfter) <= RenewBefore ||
+		c.Subject.CommonName != l.CommonName || !slices.Equal(c.Subject.Organization, l.Organization) {
+		return false
+	}
+	for _, h := range l.Hosts {
+		if c.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// NewServiceAccountKey returns a new key pair for signing service-account tokens, as PEM.
+func NewServiceAccountKey() (keyPEM, pubPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	if keyPEM, err = keyutil.MarshalPrivateKeyToPEM(key); err != nil {
+		return nil, nil, err
+	}
+	if pubPEM, err = PublicKeyPEM(key); err != nil {
+		return nil, nil, err
+	}
+	return keyPEM, pubPEM, nil
+}
+
+// PublicKeyPEM is the PEM public key of key.
+func PublicKeyPEM(key crypto.Signer) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return n
+}

@@ -1,0 +1,79 @@
+package certs
+
+import (
+	"crypto/x509"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestKeep(t *testing.T) {
+	ca, err := NewCA("kubernetes")
+	require.NoError(t, err)
+	other, err := NewCA("kubernetes")
+	require.NoError(t, err)
+	serving := Leaf{CommonName: "kube-apiserver", Hosts: []string{"apiserver.ns.svc", "10.0.0.1"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	cert, key, err := ca.Issue(serving)
+	require.NoError(t, err)
+	_, otherKey, err := ca.Issue(serving)
+	require.NoError(t, err)
+	foreignCert, foreignKey, err := other.Issue(serving)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name      string
+		cert, key []byte
+		leaf      Leaf
+		want      bool
+	}{
+		{"as issued", cert, key, serving, true},
+		{"a subset of its hosts", cert, key, Leaf{CommonName: serving.CommonName, Hosts: []string{"10.0.0.1"}}, true},
+		{"a new host", cert, key, Leaf{CommonName: serving.CommonName, Hosts: append([]string{"203.0.113.9"}, serving.Hosts...)}, false},
+		{"another subject", cert, key, Leaf{CommonName: "admin", Hosts: serving.Hosts}, false},
+		{"another organization", cert, key, Leaf{CommonName: serving.CommonName, Organization: []string{"system:masters"}}, false},
+		{"a key of another certificate", cert, otherKey, serving, false},
+		{"signed by another CA", foreignCert, foreignKey, serving, false},
+		{"garbage", []byte("x"), []byte("y"), serving, false},
+		{"missing", nil, nil, serving, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, ca.Keep(tc.cert, tc.key, tc.leaf))
+		})
+	}
+}
+
+func TestParseCA(t *testing.T) {
+	ca, err := NewCA("etcd-ca")
+	require.NoError(t, err)
+	got, err := ParseCA(ca.CertPEM, ca.KeyPEM)
+	require.NoError(t, err)
+	assert.True(t, got.Cert.Equal(ca.Cert))
+
+	other, err := NewCA("etcd-ca")
+	require.NoError(t, err)
+	leaf, leafKey, err := ca.Issue(Leaf{CommonName: "x", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name, want string
+		cert, key  []byte
+	}{
+		{"garbled certificate", "certificate does not read", []byte("x"), ca.KeyPEM},
+		{"garbled key", "key does not read", ca.CertPEM, []byte("x")},
+		{"another CA's key", "does not belong", ca.CertPEM, other.KeyPEM},
+		{"a leaf", "not a CA's", leaf, leafKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseCA(tc.cert, tc.key)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestServiceAccountKey(t *testing.T) {
+	key, pub, err := NewServiceAccountKey()
+	require.NoError(t, err)
+	assert.Contains(t, string(key), "PRIVATE KEY")
+	assert.Contains(t, string(pub), "BEGIN PUBLIC KEY")
+}

@@ -1,0 +1,34 @@
+// Package hosted is the hosted backend: each Cluster's control plane runs as ordinary workloads of
+// a host cluster (the platform, or a ProviderConfig's seed), which schedules, restarts and spreads
+// them; the operator only writes objects and watches them, so it keeps no state of its own and its
+// pods can come and go without any control plane noticing.
+//
+// Per Cluster, in namespace hcp-<the UID's first 20 hex digits> (labelled with the Cluster's uid,
+// namespace and name; restricted Pod Security):
+//   - Secrets with the cluster's CA and etcd's CA (made once, never replaced: a damaged one stops
+//     the backend with StateDamaged), the service-account key, and leaf certificates (the API
+//     server's serving certificate, etcd's, the API server's etcd client, the operator's admin, the
+//     controller manager's kubeconfig), each issued anew only when it is missing, does not verify,
+//     nears its end, or (serving) lacks a host;
+//   - etcd: a 1-replica StatefulSet, TLS with client certificates of its own CA, data on a claim
+//     of spec.hosted.storageClassName (an emptyDir without one: lost with the pod);
+//   - kube-apiserver (a sidecar, so that it starts first) and kube-controller-manager (leader
+//     elected) in a Deployment rolled out blue/green (maxSurge 100 %, maxUnavailable 0);
+//   - Services apiserver (ClusterIP: apiserver-internal, what the operator uses in the host) and
+//     apiserver-external (NodePort on spec.hosted.externalHost or the first node's address, or
+//     LoadBalancer), and etcd;
+//   - NetworkPolicies: etcd takes only its API server; the API server takes clients on 6443 and
+//     reaches only its etcd, DNS and the OIDC issuers' ports (public addresses unless the
+//     ProviderConfig allows private issuers);
+//   - the ConfigMap with the structured authentication configuration, which the API server reloads;
+//     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once.
+//
+// The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
+// when missing or when their inputs (image, resources, storage, service range) change
+// (AnnotationInputs): a new operator version never rolls a running control plane. The image, the
+// service range, the exposure and the external host a Cluster was created with are kept in its
+// status.providerStatus for its life. Ready needs etcd ready, the Deployment rolled out and the
+// API server's /readyz answering the operator. Deletion deletes the namespace (and with it the
+// claims); the Cluster is gone when the namespace is. A namespace of that name that is not the
+// Cluster's is never touched.
+package hosted

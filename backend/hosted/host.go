@@ -1,0 +1,188 @@
+package hosted
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// host is a cluster that runs control planes: the platform, or a seed.
+type host struct {
+	name string // "" for the platform, else the seed's Secret
+	// client reads and writes directly (Secrets are never cached).
+	client client.Client
+	// cache holds the backend's workloads, Services and pods (label-selected) and tells the
+	// backend of every change.
+	cache cache.Cache
+	// internal: the operator reaches the host's Services.
+	internal bool
+	cancel   context.CancelFunc
+}
+
+// watched are the kinds whose changes notify the backend.
+var watched = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}}
+
+// newHost makes the clients and watches of a host cluster; they stop with ctx.
+func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, internal bool) (*host, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("a client of host cluster %q: %w", name, err)
+	}
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("a cache of host cluster %q: %w", name, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	h := &host{name: name, client: c, cache: ca, internal: internal, cancel: cancel}
+	for _, obj := range watched {
+		inf, err := ca.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    b.notify,
+			UpdateFunc: func(_, o any) { b.notify(o) },
+			DeleteFunc: b.notify,
+		}); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	go func() {
+		if err := ca.Start(ctx); err != nil {
+			b.opts.Logger.Error(err, "The watches of a host cluster stopped", "host", name)
+		}
+	}()
+	if !ca.WaitForCacheSync(ctx) {
+		cancel()
+		return nil, fmt.Errorf("the watches of host cluster %q did not sync", name)
+	}
+	return h, nil
+}
+
+// notify tells the engine about the Cluster whose object changed.
+func (b *Backend) notify(obj any) {
+	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	o, ok := obj.(client.Object)
+	if !ok || b.opts.Notify == nil {
+		return
+	}
+	ref, ok := refOf(o)
+	if ok {
+		b.opts.Notify(ref)
+	}
+}
+
+// refOf reads the Cluster an object belongs to from its annotations (pods have them from their
+// template).
+func refOf(o client.Object) (backend.Ref, bool) {
+	if c, ok := o.GetAnnotations()[AnnotationCluster]; ok {
+		ns, name, found := strings.Cut(c, "/")
+		if found {
+			return backend.Ref{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Profile: o.GetAnnotations()[AnnotationProfile]}, true
+		}
+	}
+	return backend.Ref{}, false
+}
+
+// hostFor returns the host of a ProviderConfig's seed (the platform without one), connecting to a
+// seed the first time; nil while the backend has not started.
+func (b *Backend) hostFor(ctx context.Context, seed *providersv1alpha1.SeedRef) (*host, error) {
+	b.mu.Lock()
+	started := b.ctx
+	name := ""
+	if seed != nil {
+		name = seed.SecretName
+	}
+	h := b.hosts[name]
+	b.mu.Unlock()
+	if started == nil {
+		return nil, nil
+	}
+	if h != nil {
+		return h, nil
+	}
+	if b.opts.SeedConfig == nil {
+		return nil, fmt.Errorf("spec.hosted.seed names Secret %s, but this operator has no seeds configured", name)
+	}
+	cfg, err := b.opts.SeedConfig(ctx, *seed)
+	if err != nil {
+		return nil, err
+	}
+	h, err = b.newHost(started, name, cfg, false)
+	if err != nil {
+		return nil, fmt.Errorf("seed %s: %w", name, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.hosts[name]; cur != nil { // another reconcile connected first
+		h.cancel()
+		return cur, nil
+	}
+	b.hosts[name] = h
+	b.opts.Logger.Info("Connected to a seed cluster", "seed", name, "host", cfg.Host)
+	return h, nil
+}
+
+// apply server-side applies obj (typed, with TypeMeta) as FieldOwner.
+func (h *host) apply(ctx context.Context, obj client.Object) error {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	delete(u, "status")
+	if md, ok := u["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
+	if err := h.client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// applyWorkload applies a workload only when it is missing or was made from other inputs
+// (AnnotationInputs): a running control plane is never rolled because the operator changed.
+func (h *host) applyWorkload(ctx context.Context, obj client.Object) error {
+	cur := obj.DeepCopyObject().(client.Object)
+	err := h.cache.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+	if err == nil && cur.GetAnnotations()[AnnotationInputs] == obj.GetAnnotations()[AnnotationInputs] {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return h.apply(ctx, obj)
+}
+
+// createIfMissing creates obj unless it exists; its content is then someone else's to keep.
+func (h *host) createIfMissing(ctx context.Context, obj client.Object) error {
+	if err := h.client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}

@@ -1,0 +1,632 @@
+package hosted
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/backend/controlplane"
+)
+
+// Name is the ProviderConfig spec.backend value of this backend.
+const Name = "hosted"
+
+// FieldOwner is the server-side apply field manager of what the backend applies.
+const FieldOwner = "cluster-provider-hosted"
+
+// authnKey is the key of the authentication configuration in its ConfigMap.
+const authnKey = authconfig.FileName
+
+// Options configure a Backend.
+type Options struct {
+	// Platform is the platform cluster: the host of every ProviderConfig without a seed.
+	// Required.
+	Platform *rest.Config
+	// Config returns the ProviderConfig of cl's profile. Required.
+	Config func(ctx context.Context, cl *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error)
+	// SeedConfig returns the rest.Config of a seed from its kubeconfig Secret. Required for
+	// ProviderConfigs with spec.hosted.seed.
+	SeedConfig func(ctx context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error)
+	// InCluster: the operator runs in the platform cluster and reaches its Services (the API
+	// servers' internal endpoints). Otherwise, and always for a seed, it uses the external ones.
+	InCluster bool
+	// ServiceCIDR is the service range of new clusters. Default controlplane.DefaultServiceCIDR.
+	ServiceCIDR string
+	// Notify is told when a control plane's workloads change. Optional.
+	Notify backend.Notify
+	// Probe checks that the API server behind cfg serves. Default: GET /readyz.
+	Probe func(ctx context.Context, cfg *rest.Config) error
+	// Logger. Default: discard.
+	Logger logr.Logger
+}
+
+// Backend runs each Cluster's control plane as workloads in a host cluster.
+type Backend struct {
+	opts Options
+
+	mu      sync.Mutex
+	ctx     context.Context // set by Start; nil before
+	hosts   map[string]*host
+	pkiDone map[types.UID]string // the serving hosts the PKI was last ensured for
+	admin   map[types.UID]*rest.Config
+}
+
+var (
+	_ backend.Backend        = &Backend{}
+	_ backend.Authenticator  = &Backend{}
+	_ backend.ConfigVersions = &Backend{}
+)
+
+// New checks opts and returns a Backend; it serves once started (Start).
+func New(opts Options) (*Backend, error) {
+	switch {
+	case opts.Platform == nil:
+		return nil, errors.New("hosted backend: Options.Platform is nil")
+	case opts.Config == nil:
+		return nil, errors.New("hosted backend: Options.Config is nil")
+	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = controlplane.DefaultServiceCIDR
+	}
+	if err := controlplane.ValidServiceCIDR(opts.ServiceCIDR); err != nil {
+		return nil, fmt.Errorf("hosted backend: service range: %w", err)
+	}
+	if opts.Probe == nil {
+		opts.Probe = backend.ProbeReadyz
+	}
+	if opts.Logger.GetSink() == nil {
+		opts.Logger = logr.Discard()
+	}
+	return &Backend{opts: opts, hosts: map[string]*host{}, pkiDone: map[types.UID]string{}, admin: map[types.UID]*rest.Config{}}, nil
+}
+
+// Name returns "hosted".
+func (b *Backend) Name() string { return Name }
+
+// Versions is empty: the versions are those of each ProviderConfig's images (VersionsFor).
+func (b *Backend) Versions() []string { return nil }
+
+// VersionsFor returns the versions pc has control-plane images for, newest first.
+func (b *Backend) VersionsFor(pc *providersv1alpha1.ProviderConfig) []string {
+	if pc.Spec.Hosted == nil {
+		return nil
+	}
+	return backend.ImageVersions(pc.Spec.Hosted.Images)
+}
+
+// NeedLeaderElection: only the leader runs control planes.
+func (b *Backend) NeedLeaderElection() bool { return true }
+
+// Start starts the watches on the platform cluster and serves until ctx ends.
+func (b *Backend) Start(ctx context.Context) error {
+	h, err := b.newHost(ctx, "", b.opts.Platform, b.opts.InCluster)
+	if err != nil {
+		return fmt.Errorf("hosted backend: %w", err)
+	}
+	b.mu.Lock()
+	b.ctx = ctx
+	b.hosts[""] = h
+	b.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// providerStatus is what the backend records in a Cluster's status.providerStatus, so that a
+// control plane keeps its image, service range and external host for its life.
+type providerStatus struct {
+	Backend      string `json:"backend"`
+	Namespace    string `json:"namespace"`
+	Seed         string `json:"seed,omitempty"`
+	Version      string `json:"version"`
+	Image        string `json:"image"`
+	ServiceCIDR  string `json:"serviceCIDR"`
+	Exposure     string `json:"exposure"`
+	ExternalHost string `json:"externalHost,omitempty"`
+}
+
+// recorded is cl's providerStatus, if this backend wrote it.
+func recorded(cl *clustersv1alpha1.Cluster) providerStatus {
+	var ps providerStatus
+	if cl.Status.ProviderStatus == nil || json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
+		return providerStatus{}
+	}
+	return ps
+}
+
+// Ensure applies what is missing of cl's control plane and reports what it observes.
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+	pc, err := b.opts.Config(ctx, cl)
+	if err != nil {
+		return backend.State{}, err
+	}
+	settings := pc.Spec.Hosted
+	if settings == nil {
+		settings = &providersv1alpha1.HostedBackendConfig{}
+	}
+	h, err := b.hostFor(ctx, settings.Seed)
+	if err != nil {
+		return backend.State{}, err
+	}
+	if h == nil {
+		return backend.State{Reason: backend.ReasonBackendStarting, Message: "the hosted backend is starting", RetryAfter: 2 * time.Second}, nil
+	}
+	ps := recorded(cl)
+	s, err := b.spec(cl, pc, settings, version, ps)
+	if err != nil {
+		return backend.State{}, err
+	}
+	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
+		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost}
+	if settings.Seed != nil {
+		ps.Seed = settings.Seed.SecretName
+	}
+
+	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
+		return backend.State{}, err
+	}
+	if err := h.createIfMissing(ctx, b.authnConfigMap(s)); err != nil {
+		return backend.State{}, err
+	}
+	for _, obj := range s.Objects() {
+		if err := h.apply(ctx, obj); err != nil {
+			return backend.State{}, err
+		}
+	}
+	external, waiting, err := b.external(ctx, h, s, settings, &ps)
+	if err != nil {
+		return backend.State{}, err
+	}
+	hosts := ServingHosts(s.Namespace, s.ServiceCIDR, []string{ps.ExternalHost})
+	key := hashOf(hosts)
+	b.mu.Lock()
+	done := b.pkiDone[cl.UID] == key
+	b.mu.Unlock()
+	if !done {
+		p, err := ensurePKI(ctx, h.client, s, hosts)
+		if err != nil {
+			return backend.State{}, err
+		}
+		cfg := adminConfig(h, s.Namespace, external, p)
+		b.mu.Lock()
+		b.pkiDone[cl.UID], b.admin[cl.UID] = key, cfg
+		b.mu.Unlock()
+	}
+	if err := h.applyWorkload(ctx, s.EtcdStatefulSet()); err != nil {
+		return backend.State{}, err
+	}
+	// The API server starts once etcd serves: started before, it gives up on etcd after 20 s and
+	// the kubelet's crash-loop backoff (up to 5 minutes) would delay it long after etcd is up.
+	// Once made, its Deployment stays whatever etcd does.
+	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, &appsv1.Deployment{}); err == nil || etcdReady(ctx, h, s) {
+		if err := h.applyWorkload(ctx, s.APIServerDeployment()); err != nil {
+			return backend.State{}, err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return backend.State{}, err
+	}
+	return b.observe(ctx, h, cl, s, ps, external, waiting)
+}
+
+// spec builds the Spec of cl's control plane: the image, service range and exposure it was
+// created with (its status) or, for a new one, those of now.
+func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig,
+	settings *providersv1alpha1.HostedBackendConfig, version string, ps providerStatus) (*Spec, error) {
+	s := &Spec{
+		Namespace: NamespaceFor(cl.UID),
+		Cluster:   ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID},
+		Image:     ps.Image, ServiceCIDR: ps.ServiceCIDR,
+		StorageClassName: settings.StorageClassName,
+		Exposure:         settings.Exposure,
+		APIServer:        DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
+	}
+	if ps.Exposure != "" {
+		s.Exposure = corev1.ServiceType(ps.Exposure)
+	}
+	s.Exposure = s.exposure() // the same inputs whether defaulted or recorded
+	if settings.StorageSize != nil {
+		s.StorageSize = *settings.StorageSize
+	}
+	if r := settings.Resources; r != nil {
+		for _, x := range []struct {
+			from *corev1.ResourceRequirements
+			to   *corev1.ResourceRequirements
+		}{{r.APIServer, &s.APIServer}, {r.ControllerManager, &s.ControllerManager}, {r.Etcd, &s.Etcd}} {
+			if x.from != nil {
+				*x.to = *x.from.DeepCopy()
+			}
+		}
+	}
+	if pc.Spec.OIDC != nil {
+		s.IssuerPorts = IssuerPorts(pc.Spec.OIDC.AllowedIssuers)
+		s.PrivateIssuers = pc.Spec.OIDC.AllowPrivateIssuers
+	}
+	if s.ServiceCIDR == "" {
+		s.ServiceCIDR = b.opts.ServiceCIDR
+	}
+	if s.Image == "" || !backend.SameVersion(ps.Version, version) {
+		image, err := imageFor(settings, version, pc.Name)
+		if err != nil {
+			return nil, err
+		}
+		s.Image = image
+	}
+	return s, nil
+}
+
+// imageFor is the control-plane image of version in the ProviderConfig pcName's settings.
+func imageFor(settings *providersv1alpha1.HostedBackendConfig, version, pcName string) (string, error) {
+	if image, ok := backend.ImageFor(settings.Images, version); ok {
+		return image, nil
+	}
+	return "", backend.Errorf(backend.ReasonVersionNotSupported,
+		"ProviderConfig %s has no control-plane image for Kubernetes %s in spec.hosted.images; add one (make controlplane-image builds cluster-provider/controlplane:v%s)",
+		pcName, version, backend.Normalize(version))
+}
+
+// external finds the API server's external host and port. ps.ExternalHost is kept once set;
+// waiting says why there is none yet (a load balancer without an address).
+func (b *Backend) external(ctx context.Context, h *host, s *Spec, settings *providersv1alpha1.HostedBackendConfig, ps *providerStatus) (string, string, error) {
+	svc := &corev1.Service{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameExternal}, svc); err != nil {
+		return "", "", fmt.Errorf("reading Service %s/%s: %w", s.Namespace, NameExternal, err)
+	}
+	if s.exposure() == corev1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if a := in.IP + in.Hostname; a != "" {
+				ps.ExternalHost = a
+				return externalURL(a, PortService), "", nil
+			}
+		}
+		return "", fmt.Sprintf("Service %s/%s (LoadBalancer) has no address yet", s.Namespace, NameExternal), nil
+	}
+	var port int32
+	for _, p := range svc.Spec.Ports {
+		port = p.NodePort
+	}
+	if port == 0 {
+		return "", fmt.Sprintf("Service %s/%s has no node port yet", s.Namespace, NameExternal), nil
+	}
+	if settings.ExternalHost != "" {
+		ps.ExternalHost = settings.ExternalHost
+	}
+	if ps.ExternalHost == "" {
+		host, err := firstNodeAddress(ctx, h.client)
+		if err != nil {
+			return "", "", err
+		}
+		ps.ExternalHost = host
+	}
+	return externalURL(ps.ExternalHost, port), "", nil
+}
+
+// firstNodeAddress is the InternalIP of the host cluster's first node by name.
+func firstNodeAddress(ctx context.Context, c client.Client) (string, error) {
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err != nil {
+		return "", fmt.Errorf("listing the host cluster's nodes for the clusters' external address (or set spec.hosted.externalHost): %w", err)
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
+	for _, n := range nodes.Items {
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				return a.Address, nil
+			}
+		}
+	}
+	return "", errors.New("no node of the host cluster has an InternalIP: set spec.hosted.externalHost")
+}
+
+// authnConfigMap is the authentication configuration the API server starts with: no issuer.
+func (b *Backend) authnConfigMap(s *Spec) *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: s.meta(NameAuthn, ComponentAPIServer),
+		Data: map[string]string{authnKey: authconfig.Empty}}
+}
+
+// adminConfig is the operator's rest.Config for a control plane: the internal endpoint when the
+// operator runs in the host cluster, else the external one.
+func adminConfig(h *host, namespace, external string, p *pki) *rest.Config {
+	cfg := &rest.Config{Host: external, TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM, CertData: p.AdminCert, KeyData: p.AdminKey},
+		QPS: -1, Timeout: 30 * time.Second}
+	if h.internal {
+		cfg.Host = internalURL(namespace)
+	}
+	return cfg
+}
+
+// observe reports the state of the workloads and probes the API server.
+func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, s *Spec, ps providerStatus, external, waiting string) (backend.State, error) {
+	st := backend.State{
+		Endpoint: external, Endpoints: map[string]string{clustersv1alpha1.APIServerEndpointInternal: internalURL(s.Namespace)},
+		Info: fmt.Sprintf("hosted in namespace %s", s.Namespace), ProviderStatus: ps, Reason: backend.ReasonStarting,
+		RetryAfter: 10 * time.Second,
+	}
+	if external != "" {
+		st.Endpoints[backend.EndpointAPIServerExternal] = external
+	}
+	if ps.Seed != "" {
+		st.Info += " of seed " + ps.Seed
+	}
+	b.mu.Lock()
+	cfg := b.admin[cl.UID]
+	b.mu.Unlock()
+	if cfg != nil {
+		st.CABundle = cfg.CAData
+	}
+	kcm := &backend.Part{Reason: backend.ReasonStarting, Message: "kube-controller-manager has not started yet"}
+	st.ControllerManager = kcm
+
+	sts := &appsv1.StatefulSet{}
+	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts); err != nil {
+		st.Message = fmt.Sprintf("etcd (StatefulSet %s/%s) is being made", s.Namespace, NameEtcd)
+		return st, client.IgnoreNotFound(err)
+	}
+	dep := &appsv1.Deployment{}
+	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, dep); client.IgnoreNotFound(err) != nil {
+		return st, err
+	}
+	pods := &corev1.PodList{}
+	if err := h.cache.List(ctx, pods, client.InNamespace(s.Namespace)); err != nil {
+		return st, err
+	}
+	switch {
+	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.ReadyReplicas < 1:
+		st.Message = fmt.Sprintf("etcd (StatefulSet %s/%s) is not ready%s", s.Namespace, NameEtcd, podProblem(pods.Items, ComponentEtcd))
+		return st, nil
+	case !rolledOut(dep):
+		st.Message = fmt.Sprintf("the API server (Deployment %s/%s) is not rolled out%s", s.Namespace, NameAPIServer, podProblem(pods.Items, ComponentAPIServer))
+		return st, nil
+	case waiting != "":
+		st.Message = waiting
+		return st, nil
+	}
+	if kcmReady(pods.Items) {
+		kcm.Ready, kcm.Reason, kcm.Message = true, backend.ReasonRunning, "kube-controller-manager runs"
+	}
+	if cfg == nil {
+		st.Message = "the operator has no credentials for the API server yet"
+		return st, nil
+	}
+	if err := b.opts.Probe(ctx, cfg); err != nil {
+		st.Message = fmt.Sprintf("the API server does not answer the operator on %s: %v", cfg.Host, err)
+		st.RetryAfter = 5 * time.Second
+		return st, nil
+	}
+	st.Ready, st.Reason, st.RetryAfter = true, backend.ReasonRunning, 0
+	st.Message = fmt.Sprintf("the control plane in namespace %s serves on %s", s.Namespace, external)
+	if v, err := serverVersion(cfg); err == nil {
+		st.Version = v
+	}
+	return st, nil
+}
+
+// etcdReady reports whether etcd's StatefulSet has a ready replica.
+func etcdReady(ctx context.Context, h *host, s *Spec) bool {
+	sts := &appsv1.StatefulSet{}
+	return h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts) == nil && sts.Status.ReadyReplicas > 0
+}
+
+// rolledOut reports whether every replica of dep runs its current template and one is available.
+func rolledOut(dep *appsv1.Deployment) bool {
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	return dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= want &&
+		dep.Status.AvailableReplicas >= want && dep.Status.Replicas == dep.Status.UpdatedReplicas
+}
+
+// kcmReady reports whether a kube-controller-manager container runs and has passed its startup probe.
+func kcmReady(pods []corev1.Pod) bool {
+	for _, p := range pods {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.Name == containerKCM && c.Ready && p.DeletionTimestamp == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// podProblem says why a component's pods do not run, from their conditions and container states.
+func podProblem(pods []corev1.Pod, component string) string {
+	for _, p := range pods {
+		if p.Labels[LabelComponent] != component {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				return fmt.Sprintf(": pod %s is not scheduled: %s", p.Name, c.Message)
+			}
+		}
+		for _, c := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+			if w := c.State.Waiting; w != nil && w.Reason != "" {
+				return fmt.Sprintf(": container %s of pod %s waits: %s", c.Name, p.Name, w.Reason)
+			}
+			if c.LastTerminationState.Terminated != nil && !c.Ready {
+				return fmt.Sprintf(": container %s of pod %s restarted %d times (last exit %d)", c.Name, p.Name, c.RestartCount, c.LastTerminationState.Terminated.ExitCode)
+			}
+		}
+		if p.Status.Phase == corev1.PodPending {
+			return fmt.Sprintf(": pod %s is Pending", p.Name)
+		}
+	}
+	return ""
+}
+
+// Delete deletes cl's namespace in its host cluster; it is gone when the namespace is.
+func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
+	ps := recorded(cl)
+	var seed *providersv1alpha1.SeedRef
+	if ps.Seed != "" {
+		seed = &providersv1alpha1.SeedRef{SecretName: ps.Seed}
+		if pc, err := b.opts.Config(ctx, cl); err == nil && pc.Spec.Hosted != nil && pc.Spec.Hosted.Seed != nil && pc.Spec.Hosted.Seed.SecretName == ps.Seed {
+			seed = pc.Spec.Hosted.Seed
+		}
+	}
+	h, err := b.hostFor(ctx, seed)
+	if err != nil {
+		return false, err
+	}
+	if h == nil {
+		return false, nil
+	}
+	name := NamespaceFor(cl.UID)
+	ns := &corev1.Namespace{}
+	if err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
+		b.forget(cl.UID)
+		return true, nil
+	} else if err != nil {
+		return false, err
+	}
+	if ns.Labels[LabelClusterUID] != string(cl.UID) {
+		return false, fmt.Errorf("namespace %s of the host cluster is not cl's control plane (label %s=%q): left alone; delete it yourself if it is no one's", name, LabelClusterUID, ns.Labels[LabelClusterUID])
+	}
+	if ns.DeletionTimestamp == nil {
+		b.opts.Logger.Info("Deleting a hosted control plane", "cluster", backend.RefOf(cl).String(), "namespace", name)
+		if err := h.client.Delete(ctx, ns, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting namespace %s: %w", name, err)
+		}
+	}
+	return false, nil
+}
+
+func (b *Backend) forget(uid types.UID) {
+	b.mu.Lock()
+	delete(b.pkiDone, uid)
+	delete(b.admin, uid)
+	b.mu.Unlock()
+}
+
+// AdminConfig returns the operator's rest.Config for cl's API server.
+func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	b.mu.Lock()
+	cfg := b.admin[cl.UID]
+	b.mu.Unlock()
+	if cfg != nil {
+		return rest.CopyConfig(cfg), nil
+	}
+	if _, err := b.Ensure(ctx, cl, recorded(cl).Version); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	cfg = b.admin[cl.UID]
+	b.mu.Unlock()
+	if cfg == nil {
+		return nil, fmt.Errorf("the hosted control plane of %s has no credentials yet", backend.RefOf(cl))
+	}
+	return rest.CopyConfig(cfg), nil
+}
+
+// SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the
+// kubelet refresh the API server pods' copy at once, and reports whether the API server runs with it.
+func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
+	data, err := authconfig.Render(jwt)
+	if err != nil {
+		return false, err
+	}
+	ps := recorded(cl)
+	pc, err := b.opts.Config(ctx, cl)
+	if err != nil {
+		return false, err
+	}
+	var seed *providersv1alpha1.SeedRef
+	if pc.Spec.Hosted != nil {
+		seed = pc.Spec.Hosted.Seed
+	}
+	h, err := b.hostFor(ctx, seed)
+	if err != nil || h == nil {
+		return false, err
+	}
+	ns := ps.Namespace
+	if ns == "" {
+		ns = NamespaceFor(cl.UID)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameAuthn}, cm); err != nil {
+		return false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameAuthn, err)
+	}
+	if cm.Data[authnKey] != string(data) {
+		cm.Data = map[string]string{authnKey: string(data)}
+		if err := h.client.Update(ctx, cm); err != nil {
+			return false, fmt.Errorf("updating ConfigMap %s/%s: %w", ns, NameAuthn, err)
+		}
+	}
+	sum := hashOf([]string{string(data)})
+	pods := &corev1.PodList{}
+	if err := h.cache.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: ComponentAPIServer}); err != nil {
+		return false, err
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Annotations[AnnotationAuthn] == sum || p.DeletionTimestamp != nil {
+			continue
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[AnnotationAuthn] = sum
+		if err := h.client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("annotating pod %s/%s: %w", ns, p.Name, err)
+		}
+	}
+	cfg, err := b.AdminConfig(ctx, cl)
+	if err != nil {
+		return false, err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false, err
+	}
+	return authconfig.Applied(ctx, hc, cfg.Host, data)
+}
+
+func hashOf(ss []string) string {
+	h := sha256.New()
+	for _, s := range ss {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// serverVersion is the API server's /version without the "v".
+func serverVersion(cfg *rest.Config) (string, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Get(cfg.Host + "/version")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", err
+	}
+	return backend.Normalize(v.GitVersion), nil
+}

@@ -1,0 +1,375 @@
+package hosted
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+
+const (
+	image1 = "cluster-provider/controlplane:v1.37.1"
+	image2 = "cluster-provider/controlplane:v1.37.1-rebuilt"
+)
+
+// harness runs a Backend against envtest (an API server without kubelets: no pod ever runs, so
+// no control plane becomes Ready; what is checked is what the backend writes and keeps).
+type harness struct {
+	b        *Backend
+	pc       *providersv1alpha1.ProviderConfig
+	notified chan backend.Ref
+}
+
+func startBackend(t *testing.T) *harness {
+	t.Helper()
+	h := &harness{notified: make(chan backend.Ref, 1000), pc: &providersv1alpha1.ProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "hosted"},
+		Spec: providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendHosted, Hosted: &providersv1alpha1.HostedBackendConfig{
+			Images: map[string]string{"1.37.1": image1}, ExternalHost: "203.0.113.10",
+		}},
+	}}
+	var err error
+	h.b, err = New(Options{
+		Platform: env.Config,
+		Config: func(context.Context, *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error) {
+			return h.pc.DeepCopy(), nil
+		},
+		Notify: func(r backend.Ref) {
+			select {
+			case h.notified <- r:
+			default:
+			}
+		},
+		Probe: func(context.Context, *rest.Config) error { return nil },
+		// A seed is this envtest too, reached through its own kubeconfig as from outside.
+		SeedConfig: func(_ context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error) {
+			if seed.SecretName != "seed-1" {
+				return nil, fmt.Errorf("no seed %s", seed.SecretName)
+			}
+			return rest.CopyConfig(env.Config), nil
+		},
+		InCluster: true,
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.b.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	require.Eventually(t, func() bool {
+		hst, err := h.b.hostFor(t.Context(), nil)
+		return err == nil && hst != nil
+	}, 30*time.Second, 20*time.Millisecond, "the backend starts")
+	return h
+}
+
+func newCluster(name string) *clustersv1alpha1.Cluster {
+	return &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: uuid.NewUUID()},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: "default.local.hosted"},
+	}
+}
+
+// ensure calls Ensure and records its provider status in cl, as the Cluster reconciler does.
+func (h *harness) ensure(t *testing.T, cl *clustersv1alpha1.Cluster) backend.State {
+	t.Helper()
+	s, err := h.b.Ensure(t.Context(), cl, "1.37.1")
+	require.NoError(t, err)
+	raw, err := json.Marshal(s.ProviderStatus)
+	require.NoError(t, err)
+	cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
+	return s
+}
+
+// etcdUp marks cl's etcd StatefulSet ready (envtest runs no pod) and ensures until the backend,
+// which makes the API server's Deployment only then, has made it.
+func (h *harness) etcdUp(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	ns := NamespaceFor(cl.UID)
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	sts.Status.Replicas, sts.Status.ReadyReplicas, sts.Status.ObservedGeneration = 1, 1, sts.Generation
+	require.NoError(t, env.Client.Status().Update(t.Context(), sts))
+	require.Eventually(t, func() bool {
+		h.ensure(t, cl)
+		return env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &appsv1.Deployment{}) == nil
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func get[T client.Object](t *testing.T, obj T, ns, name string) T {
+	t.Helper()
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, obj))
+	return obj
+}
+
+func TestEnsureMakesTheControlPlane(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("make")
+	s := h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+
+	assert.False(t, s.Ready, "no pod runs in envtest")
+	assert.Equal(t, backend.ReasonStarting, s.Reason)
+	assert.Contains(t, s.Message, "etcd (StatefulSet "+ns+"/etcd) is ")
+	assert.Equal(t, "https://apiserver."+ns+".svc:443", s.Endpoints[clustersv1alpha1.APIServerEndpointInternal])
+	assert.Regexp(t, `^https://203\.0\.113\.10:\d+$`, s.Endpoint, "the node port on the external host")
+	assert.NotEmpty(t, s.CABundle)
+
+	n := get(t, &corev1.Namespace{}, "", ns)
+	assert.Equal(t, string(cl.UID), n.Labels[LabelClusterUID])
+	assert.Equal(t, "team-a", n.Labels[LabelClusterNamespace])
+	assert.Equal(t, "make", n.Labels[LabelClusterName])
+	assert.Equal(t, "restricted", n.Labels["pod-security.kubernetes.io/enforce"])
+
+	for _, name := range []string{SecretCA, SecretEtcdCA, SecretEtcdServer, SecretEtcdClient, SecretServiceAcct, SecretServing, SecretAdmin, SecretKCMKubeconf} {
+		sec := get(t, &corev1.Secret{}, ns, name)
+		assert.NotEmpty(t, sec.Data, name)
+	}
+	cm := get(t, &corev1.ConfigMap{}, ns, NameAuthn)
+	assert.Equal(t, authconfig.Empty, cm.Data[authnKey])
+	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &appsv1.Deployment{})
+	assert.True(t, apierrors.IsNotFound(err), "the API server waits for etcd: %v", err)
+	h.etcdUp(t, cl)
+	s = h.ensure(t, cl)
+	assert.Contains(t, s.Message, "the API server (Deployment "+ns+"/apiserver) is not rolled out")
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	assert.Equal(t, image1, dep.Spec.Template.Spec.InitContainers[0].Image)
+	get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	for _, name := range []string{NameEtcd, NameAPIServer, NameExternal} {
+		get(t, &corev1.Service{}, ns, name)
+	}
+	for _, name := range []string{NameEtcd, NameAPIServer} {
+		get(t, &networkingv1.NetworkPolicy{}, ns, name)
+	}
+
+	// The serving certificate names the external host and the internal Service.
+	serving := get(t, &corev1.Secret{}, ns, SecretServing)
+	certs, err := certutil.ParseCertsPEM(serving.Data["tls.crt"])
+	require.NoError(t, err)
+	for _, host := range []string{"203.0.113.10", "apiserver." + ns + ".svc", "198.18.0.1"} {
+		assert.NoError(t, certs[0].VerifyHostname(host), host)
+	}
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(s.CABundle))
+	_, err = certs[0].Verify(x509.VerifyOptions{Roots: pool})
+	assert.NoError(t, err, "the CA bundle in the state verifies the serving certificate")
+
+	// Every change of the workloads reaches Notify, naming the Cluster.
+	require.Eventually(t, func() bool {
+		select {
+		case r := <-h.notified:
+			return r.Namespace == "team-a" && r.Name == "make" && r.Profile == "default.local.hosted"
+		default:
+			return false
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+func TestEnsureKeepsWhatRuns(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("keep")
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	ns := NamespaceFor(cl.UID)
+	ca := get(t, &corev1.Secret{}, ns, SecretCA)
+	admin := get(t, &corev1.Secret{}, ns, SecretAdmin)
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+
+	// A new image in the ProviderConfig (and a new backend, as after an operator upgrade): the
+	// running control plane keeps its image, workloads and keys.
+	h.pc.Spec.Hosted.Images["1.37.1"] = image2
+	h2 := startBackend(t)
+	h2.pc = h.pc
+	require.Eventually(t, func() bool {
+		hst, err := h2.b.hostFor(t.Context(), nil)
+		require.NoError(t, err)
+		var dep appsv1.Deployment
+		var sts appsv1.StatefulSet
+		return hst.cache.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &dep) == nil &&
+			hst.cache.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameEtcd}, &sts) == nil && sts.Status.ReadyReplicas == 1
+	}, 10*time.Second, 10*time.Millisecond, "the new backend's cache sees the workloads as they are")
+	h2.ensure(t, cl)
+	assert.Equal(t, ca.ResourceVersion, get(t, &corev1.Secret{}, ns, SecretCA).ResourceVersion, "the CA is never made anew")
+	assert.Equal(t, admin.ResourceVersion, get(t, &corev1.Secret{}, ns, SecretAdmin).ResourceVersion, "a valid certificate is kept")
+	cur := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	assert.Equal(t, dep.ResourceVersion, cur.ResourceVersion, "the Deployment is not applied again")
+	assert.Equal(t, image1, cur.Spec.Template.Spec.InitContainers[0].Image, "the image the cluster was created with")
+	assert.Equal(t, sts.ResourceVersion, get(t, &appsv1.StatefulSet{}, ns, NameEtcd).ResourceVersion)
+
+	// A new Cluster takes the new image.
+	other := newCluster("keep2")
+	h2.ensure(t, other)
+	h2.etcdUp(t, other)
+	assert.Equal(t, image2, get(t, &appsv1.Deployment{}, NamespaceFor(other.UID), NameAPIServer).Spec.Template.Spec.InitContainers[0].Image)
+
+	// Changed resources are inputs: the Deployment is applied with them (a rollout).
+	h2.pc.Spec.Hosted.Resources = &providersv1alpha1.HostedResources{APIServer: &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+	}}
+	require.Eventually(t, func() bool {
+		h2.ensure(t, cl)
+		cur := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+		return cur.Spec.Template.Spec.InitContainers[0].Resources.Limits.Memory().Equal(resource.MustParse("1Gi"))
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, image1, get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Spec.InitContainers[0].Image)
+
+	// Another external host: the serving certificate is issued anew by the same CA.
+	h2.pc.Spec.Hosted.ExternalHost = "203.0.113.20"
+	s := h2.ensure(t, cl)
+	assert.Regexp(t, `^https://203\.0\.113\.20:\d+$`, s.Endpoint)
+	serving := get(t, &corev1.Secret{}, ns, SecretServing)
+	certs, err := certutil.ParseCertsPEM(serving.Data["tls.crt"])
+	require.NoError(t, err)
+	assert.NoError(t, certs[0].VerifyHostname("203.0.113.20"))
+	assert.Equal(t, ca.ResourceVersion, get(t, &corev1.Secret{}, ns, SecretCA).ResourceVersion)
+}
+
+func TestEnsureRefusesADamagedCA(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("damaged")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	ca := get(t, &corev1.Secret{}, ns, SecretCA)
+	ca.Data["ca.key"] = []byte("garbage")
+	require.NoError(t, env.Client.Update(t.Context(), ca))
+
+	h2 := startBackend(t) // a new backend: nothing remembered
+	h2.pc = h.pc
+	_, err := h2.b.Ensure(t.Context(), cl, "1.37.1")
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+	assert.Contains(t, err.Error(), "Secret "+ns+"/ca")
+	assert.Equal(t, []byte("garbage"), get(t, &corev1.Secret{}, ns, SecretCA).Data["ca.key"], "left for a person to restore")
+}
+
+func TestEnsureUnknownVersion(t *testing.T) {
+	h := startBackend(t)
+	_, err := h.b.Ensure(t.Context(), newCluster("version"), "1.30.0")
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported))
+	assert.Contains(t, err.Error(), "spec.hosted.images")
+}
+
+func TestSetJWTAuthenticators(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("oidc")
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	ns := NamespaceFor(cl.UID)
+	// A pod of the Deployment, as the ReplicaSet controller would make it (envtest has none).
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	pod := &corev1.Pod{ObjectMeta: *dep.Spec.Template.ObjectMeta.DeepCopy(), Spec: *dep.Spec.Template.Spec.DeepCopy()}
+	pod.Namespace, pod.Name = ns, "apiserver-1"
+	require.NoError(t, env.Client.Create(t.Context(), pod))
+
+	jwt := []apiserverv1.JWTAuthenticator{{
+		Issuer:        apiserverv1.Issuer{URL: "https://idp.example.com", Audiences: []string{"cp"}},
+		ClaimMappings: apiserverv1.ClaimMappings{Username: apiserverv1.PrefixedClaimOrExpression{Claim: "sub", Prefix: ptrTo("oidc:")}},
+	}}
+	want, err := authconfig.Render(jwt)
+	require.NoError(t, err)
+	// The API server does not run here: Applied cannot read its metrics, but the configuration
+	// and the pod's annotation are written first.
+	require.Eventually(t, func() bool {
+		applied, err := h.b.SetJWTAuthenticators(t.Context(), cl, jwt)
+		assert.False(t, applied)
+		assert.Error(t, err)
+		got := get(t, &corev1.Pod{}, ns, pod.Name)
+		return got.Annotations[AnnotationAuthn] == hashOf([]string{string(want)})
+	}, 10*time.Second, 50*time.Millisecond, "the pod is annotated so that the kubelet refreshes its volume at once")
+	assert.Equal(t, string(want), get(t, &corev1.ConfigMap{}, ns, NameAuthn).Data[authnKey])
+}
+
+func TestDelete(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("delete")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	gone, err := h.b.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	assert.False(t, gone, "the namespace is being deleted")
+	n := get(t, &corev1.Namespace{}, "", ns)
+	assert.NotNil(t, n.DeletionTimestamp)
+
+	// A namespace of that name that belongs to another Cluster is not touched.
+	stranger := newCluster("stranger")
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: NamespaceFor(stranger.UID), Labels: map[string]string{LabelClusterUID: "someone-else"}}}
+	require.NoError(t, env.Client.Create(t.Context(), other))
+	_, err = h.b.Delete(t.Context(), stranger)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "left alone")
+	assert.Nil(t, get(t, &corev1.Namespace{}, "", other.Name).DeletionTimestamp)
+
+	// Nothing of a Cluster that never ran: gone at once.
+	gone, err = h.b.Delete(t.Context(), newCluster("never"))
+	require.NoError(t, err)
+	assert.True(t, gone)
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestSeed(t *testing.T) {
+	h := startBackend(t)
+	h.pc.Spec.Hosted.Seed = &providersv1alpha1.SeedRef{SecretName: "seed-1"}
+	cl := newCluster("seeded")
+	s := h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	var ps providerStatus
+	require.NoError(t, json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps))
+	assert.Equal(t, "seed-1", ps.Seed, "the status names the seed, for the Cluster's deletion")
+	assert.Contains(t, s.Info, "of seed seed-1")
+	cfg, err := h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	assert.Equal(t, s.Endpoint, cfg.Host, "the operator reaches a seed's control planes on their external endpoint")
+	// On the platform (InCluster), the internal one.
+	plain := newCluster("plain")
+	h.pc.Spec.Hosted.Seed = nil
+	h.ensure(t, plain)
+	cfg, err = h.b.AdminConfig(t.Context(), plain)
+	require.NoError(t, err)
+	assert.Equal(t, "https://apiserver."+NamespaceFor(plain.UID)+".svc:443", cfg.Host)
+
+	// An unknown seed is an error that names it.
+	h.pc.Spec.Hosted.Seed = &providersv1alpha1.SeedRef{SecretName: "nowhere"}
+	_, err = h.b.Ensure(t.Context(), newCluster("lost"), "1.37.1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nowhere")
+
+	// Deletion finds the seed from the status even when the ProviderConfig names another.
+	gone, err := h.b.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	assert.False(t, gone)
+	assert.NotNil(t, get(t, &corev1.Namespace{}, "", ns).DeletionTimestamp)
+}

@@ -1,0 +1,181 @@
+package hosted
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
+)
+
+// The identities of the client certificates in every hosted cluster: the operator's, the
+// controller manager's and the API server's towards its etcd.
+const (
+	adminUser  = "openmcp:cluster-provider"
+	adminGroup = "system:masters"
+	kcmUser    = "system:kube-controller-manager"
+	etcdUser   = "kube-apiserver-etcd-client"
+)
+
+// pki is the key material of one control plane, as kept in its Secrets.
+type pki struct {
+	ca, etcdCA *certs.CA
+	// Admin authenticates the operator (adminUser in system:masters).
+	AdminCert, AdminKey []byte
+}
+
+// ensurePKI makes the control plane's Secrets in s.Namespace: CAs and the service-account key are
+// made once and never replaced (a CA Secret that does not read stops here with StateDamaged: every
+// kubeconfig of the cluster depends on it); a leaf certificate is issued anew only when it is
+// missing, does not verify, is close to its end, or lacks one of servingHosts.
+func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []string) (*pki, error) {
+	p := &pki{}
+	var err error
+	if p.ca, err = ensureCA(ctx, c, s, SecretCA, "kubernetes"); err != nil {
+		return nil, err
+	}
+	if p.etcdCA, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca"); err != nil {
+		return nil, err
+	}
+	if err := ensureSecret(ctx, c, s, SecretServiceAcct, func(cur map[string][]byte) (map[string][]byte, error) {
+		if len(cur["sa.key"]) > 0 && len(cur["sa.pub"]) > 0 {
+			return nil, nil
+		}
+		key, pub, err := certs.NewServiceAccountKey()
+		return map[string][]byte{"sa.key": key, "sa.pub": pub}, err
+	}); err != nil {
+		return nil, err
+	}
+	server := certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if _, _, err := ensureLeaf(ctx, c, s, SecretServing, p.ca, server); err != nil {
+		return nil, err
+	}
+	etcdServer := certs.Leaf{CommonName: "etcd", Hosts: EtcdHosts(s.Namespace), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	if _, _, err := ensureLeaf(ctx, c, s, SecretEtcdServer, p.etcdCA, etcdServer); err != nil {
+		return nil, err
+	}
+	etcdClient := certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if _, _, err := ensureLeaf(ctx, c, s, SecretEtcdClient, p.etcdCA, etcdClient); err != nil {
+		return nil, err
+	}
+	admin := certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if p.AdminCert, p.AdminKey, err = ensureLeaf(ctx, c, s, SecretAdmin, p.ca, admin); err != nil {
+		return nil, err
+	}
+	kcm := certs.Leaf{CommonName: kcmUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if err := ensureSecret(ctx, c, s, SecretKCMKubeconf, func(cur map[string][]byte) (map[string][]byte, error) {
+		if keepKubeconfig(cur["kubeconfig"], p.ca, kcm) {
+			return nil, nil
+		}
+		cert, key, err := p.ca.Issue(kcm)
+		if err != nil {
+			return nil, err
+		}
+		// The controller manager runs in the API server's pod: it calls it on the loopback.
+		kc, err := kubeconfig(fmt.Sprintf("https://127.0.0.1:%d", PortAPIServer), p.ca.CertPEM, cert, key)
+		return map[string][]byte{"kubeconfig": kc}, err
+	}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// ensureCA returns the CA in Secret name, making it when the Secret does not exist.
+func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName string) (*certs.CA, error) {
+	var ca *certs.CA
+	err := ensureSecret(ctx, c, s, name, func(cur map[string][]byte) (map[string][]byte, error) {
+		if cur != nil {
+			var err error
+			if ca, err = certs.ParseCA(cur["ca.crt"], cur["ca.key"]); err != nil {
+				return nil, backend.Errorf(backend.ReasonStateDamaged,
+					"Secret %s/%s holds the cluster's %s, which does not read (%v): every certificate and kubeconfig of the cluster depends on it, so it is not replaced; restore the Secret from a backup, or delete the Cluster",
+					s.Namespace, name, commonName, err)
+			}
+			return nil, nil
+		}
+		var err error
+		if ca, err = certs.NewCA(commonName); err != nil {
+			return nil, err
+		}
+		return map[string][]byte{"ca.crt": ca.CertPEM, "ca.key": ca.KeyPEM}, nil
+	})
+	return ca, err
+}
+
+// ensureLeaf returns the certificate and key in Secret name (tls.crt, tls.key, and ca.crt of its
+// CA), issuing them anew when they cannot be kept.
+func ensureLeaf(ctx context.Context, c client.Client, s *Spec, name string, ca *certs.CA, l certs.Leaf) (cert, key []byte, err error) {
+	err = ensureSecret(ctx, c, s, name, func(cur map[string][]byte) (map[string][]byte, error) {
+		if cur != nil && ca.Keep(cur["tls.crt"], cur["tls.key"], l) {
+			cert, key = cur["tls.crt"], cur["tls.key"]
+			return nil, nil
+		}
+		var err error
+		if cert, key, err = ca.Issue(l); err != nil {
+			return nil, err
+		}
+		return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.CertPEM}, nil
+	})
+	return cert, key, err
+}
+
+// ensureSecret reads Secret name and calls update with its data (nil when it does not exist);
+// update returns the data to write, or nil to keep the Secret as it is.
+func ensureSecret(ctx context.Context, c client.Client, s *Spec, name string, update func(cur map[string][]byte) (map[string][]byte, error)) error {
+	sec := &corev1.Secret{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, sec)
+	exists := err == nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, name, err)
+	}
+	var cur map[string][]byte
+	if exists {
+		cur = sec.Data
+		if cur == nil {
+			cur = map[string][]byte{}
+		}
+	}
+	data, err := update(cur)
+	if err != nil || data == nil {
+		return err
+	}
+	if !exists {
+		sec = &corev1.Secret{ObjectMeta: s.meta(name, ""), Type: corev1.SecretTypeOpaque, Data: data}
+		if err := c.Create(ctx, sec); err != nil {
+			return fmt.Errorf("creating Secret %s/%s: %w", s.Namespace, name, err)
+		}
+		return nil
+	}
+	sec.Data = data
+	if err := c.Update(ctx, sec); err != nil {
+		return fmt.Errorf("updating Secret %s/%s: %w", s.Namespace, name, err)
+	}
+	return nil
+}
+
+// kubeconfig is a kubeconfig for server with a client certificate.
+func kubeconfig(server string, caPEM, certPEM, keyPEM []byte) ([]byte, error) {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cluster"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{ClientCertificateData: certPEM, ClientKeyData: keyPEM}
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: "user"}
+	cfg.CurrentContext = "default"
+	return clientcmd.Write(*cfg)
+}
+
+// keepKubeconfig reports whether data is a kubeconfig whose client certificate can be kept.
+func keepKubeconfig(data []byte, ca *certs.CA, l certs.Leaf) bool {
+	cfg, err := clientcmd.Load(data)
+	if err != nil {
+		return false
+	}
+	user := cfg.AuthInfos["user"]
+	return user != nil && ca.Keep(user.ClientCertificateData, user.ClientKeyData, l)
+}

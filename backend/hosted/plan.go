@@ -1,0 +1,684 @@
+package hosted
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/openmcp-local/cluster-provider/backend/controlplane"
+)
+
+// Labels and annotations on everything the backend makes in a host cluster.
+const (
+	// LabelManagedBy (app.kubernetes.io/managed-by) is ManagedBy on every object: the backend's
+	// watches select by it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "cluster-provider-hosted"
+	// LabelComponent names the part of the control plane: etcd or apiserver.
+	LabelComponent = "app.kubernetes.io/component"
+	// LabelClusterUID, LabelClusterNamespace and LabelClusterName name the Cluster (the latter two
+	// only when they fit a label value; the annotations always hold them).
+	LabelClusterUID       = "hosted.clusters.openmcp.cloud/uid"
+	LabelClusterNamespace = "hosted.clusters.openmcp.cloud/namespace"
+	LabelClusterName      = "hosted.clusters.openmcp.cloud/name"
+	// AnnotationCluster is the Cluster's namespace/name, AnnotationProfile its spec.profile.
+	AnnotationCluster = "hosted.clusters.openmcp.cloud/cluster"
+	AnnotationProfile = "hosted.clusters.openmcp.cloud/profile"
+	// AnnotationInputs on the workloads is the hash of the Spec fields they are made from: the
+	// backend applies a workload only when it is missing or its inputs changed, so a new operator
+	// version whose plan differs never rolls a running control plane.
+	AnnotationInputs = "hosted.clusters.openmcp.cloud/inputs"
+	// AnnotationAuthn on the API server's pods is the hash of the authentication configuration
+	// they should have: setting it makes the kubelet sync the pod, and so its mounted ConfigMap,
+	// at once instead of within its sync period (a minute or more).
+	AnnotationAuthn = "hosted.clusters.openmcp.cloud/authn"
+)
+
+// Components.
+const (
+	ComponentEtcd      = "etcd"
+	ComponentAPIServer = "apiserver"
+)
+
+// Names of the objects in a control plane's namespace.
+const (
+	NameEtcd           = "etcd"
+	NameAPIServer      = "apiserver"
+	NameExternal       = "apiserver-external"
+	NameAuthn          = "authentication"
+	SecretCA           = "ca"
+	SecretEtcdCA       = "etcd-ca"
+	SecretEtcdServer   = "etcd-server"
+	SecretEtcdClient   = "etcd-client"
+	SecretServiceAcct  = "service-account"
+	SecretServing      = "apiserver-serving"
+	SecretAdmin        = "admin"
+	SecretKCMKubeconf  = "kube-controller-manager"
+	containerAPIServer = "kube-apiserver"
+	containerKCM       = "kube-controller-manager"
+	containerEtcd      = "etcd"
+)
+
+// Ports.
+const (
+	PortAPIServer = 6443
+	PortService   = 443
+	portEtcd      = 2379
+	portEtcdPeer  = 2380
+	portEtcdHTTP  = 2381 // /health and /metrics, plain HTTP
+	portKCM       = 10257
+)
+
+// Paths in the containers. The control-plane image holds the binaries in /usr/local/bin.
+const (
+	binDir       = "/usr/local/bin/"
+	pkiMount     = "/etc/kubernetes/pki"
+	etcdPKIMount = "/etc/etcd/pki"
+	authnMount   = "/etc/kubernetes/authn"
+	kcmMount     = "/etc/kubernetes/kcm"
+	etcdDataDir  = "/var/lib/etcd"
+	tmpMount     = "/tmp"
+	// uid and gid of the containers (the image has no passwd: any non-root id does).
+	runAsID = 65532
+)
+
+// Spec is everything a control plane's objects are made from.
+type Spec struct {
+	// Namespace is the control plane's namespace in the host cluster.
+	Namespace string
+	// Cluster is the Cluster resource it serves.
+	Cluster ClusterRef
+	// Image is the control-plane image (kube-apiserver, kube-controller-manager, etcd).
+	Image string
+	// ServiceCIDR is the cluster's service range.
+	ServiceCIDR string
+	// StorageClassName, when set, keeps etcd's data on a claim of StorageSize.
+	StorageClassName string
+	StorageSize      resource.Quantity
+	// Exposure is the external Service's type: NodePort or LoadBalancer.
+	Exposure corev1.ServiceType
+	// Resources of the containers.
+	APIServer, ControllerManager, Etcd corev1.ResourceRequirements
+	// IssuerPorts are the TCP ports of the OIDC issuers the API server may reach (443 when none
+	// is named); PrivateIssuers lets it reach them on private addresses too.
+	IssuerPorts    []int32
+	PrivateIssuers bool
+}
+
+// ClusterRef names a Cluster resource.
+type ClusterRef struct {
+	Namespace, Name, Profile string
+	UID                      types.UID
+}
+
+// NamespaceFor is the host namespace of the Cluster with uid: "hcp-" and the UID's first 20 hex
+// digits; stable for the Cluster's life and new for a re-created Cluster of the same name.
+func NamespaceFor(uid types.UID) string {
+	s := strings.ReplaceAll(string(uid), "-", "")
+	if len(s) > 20 {
+		s = s[:20]
+	}
+	return "hcp-" + strings.ToLower(s)
+}
+
+// Defaults of the containers' resources (HostedBackendConfig.Resources documents them).
+var (
+	DefaultAPIServer = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("768Mi")},
+	}
+	DefaultControllerManager = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}
+	DefaultEtcd = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+	}
+	DefaultStorageSize = resource.MustParse("1Gi")
+)
+
+// labels are the labels of every object of s (component empty: none).
+func (s *Spec) labels(component string) map[string]string {
+	l := map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(s.Cluster.UID)}
+	for k, v := range map[string]string{LabelClusterNamespace: s.Cluster.Namespace, LabelClusterName: s.Cluster.Name} {
+		if len(v) <= 63 {
+			l[k] = v
+		}
+	}
+	if component != "" {
+		l[LabelComponent] = component
+	}
+	return l
+}
+
+// selector is the label selector of a component's pods.
+func (s *Spec) selector(component string) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(s.Cluster.UID), LabelComponent: component}
+}
+
+func (s *Spec) meta(name, component string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name: name, Namespace: s.Namespace, Labels: s.labels(component),
+		Annotations: map[string]string{
+			AnnotationCluster: s.Cluster.Namespace + "/" + s.Cluster.Name,
+			AnnotationProfile: s.Cluster.Profile,
+		},
+	}
+}
+
+// podMeta is a pod template's metadata: the labels and the annotations that name the Cluster.
+func (s *Spec) podMeta(component string) metav1.ObjectMeta {
+	m := s.meta("", component)
+	m.Namespace = ""
+	return m
+}
+
+// Inputs is the hash of what the workloads are made from (AnnotationInputs).
+func (s *Spec) Inputs() string {
+	data, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("a hosted Spec does not marshal: %v", err))
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
+}
+
+// Namespace is the control plane's namespace; it enforces the restricted Pod Security Standard,
+// which every pod of the plan meets.
+func (s *Spec) NamespaceObject() *corev1.Namespace {
+	m := s.meta(s.Namespace, "")
+	m.Namespace = ""
+	m.Labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	return &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: m}
+}
+
+// Objects are the objects the backend applies each time, in order: Services and NetworkPolicies.
+// The workloads (Workloads) are applied only when their inputs change; Secrets and the
+// authentication ConfigMap are the backend's own (pki.go, SetJWTAuthenticators).
+func (s *Spec) Objects() []client.Object {
+	return []client.Object{
+		s.EtcdService(),
+		s.InternalService(),
+		s.ExternalService(),
+		s.EtcdNetworkPolicy(),
+		s.APIServerNetworkPolicy(),
+	}
+}
+
+// Workloads are etcd's StatefulSet and the API server's Deployment.
+func (s *Spec) Workloads() []client.Object {
+	return []client.Object{s.EtcdStatefulSet(), s.APIServerDeployment()}
+}
+
+// EtcdService is etcd's client Service (ClusterIP): the API server's --etcd-servers.
+func (s *Spec) EtcdService() *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameEtcd, ComponentEtcd),
+		Spec: corev1.ServiceSpec{
+			Selector: s.selector(ComponentEtcd),
+			Ports:    []corev1.ServicePort{{Name: "client", Port: portEtcd, TargetPort: intstr.FromInt32(portEtcd), Protocol: corev1.ProtocolTCP}},
+			// etcd answers its API server before it is ready: the API server's start waits on it.
+			PublishNotReadyAddresses: true,
+		},
+	}
+}
+
+// InternalService is the API server's Service inside the host cluster (apiserver-internal).
+func (s *Spec) InternalService() *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameAPIServer, ComponentAPIServer),
+		Spec: corev1.ServiceSpec{
+			Selector: s.selector(ComponentAPIServer),
+			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// ExternalService is the API server's Service for clients outside the host cluster
+// (apiserver-external): NodePort or LoadBalancer.
+func (s *Spec) ExternalService() *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameExternal, ComponentAPIServer),
+		Spec: corev1.ServiceSpec{
+			Type:     s.exposure(),
+			Selector: s.selector(ComponentAPIServer),
+			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	return svc
+}
+
+func (s *Spec) exposure() corev1.ServiceType {
+	if s.Exposure == corev1.ServiceTypeLoadBalancer {
+		return corev1.ServiceTypeLoadBalancer
+	}
+	return corev1.ServiceTypeNodePort
+}
+
+// EtcdNetworkPolicy lets only the cluster's API server pods reach etcd's client port, and etcd
+// reach nothing.
+func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
+		ObjectMeta: s.meta(NameEtcd, ComponentEtcd),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)}}},
+				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)},
+			}},
+		},
+	}
+}
+
+// privateRanges are the addresses an API server may not reach an OIDC issuer on unless the
+// ProviderConfig allows private issuers: as the provider's own discovery refuses them.
+var privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"}
+
+// APIServerNetworkPolicy lets API clients in on the API server's port (from anywhere: it
+// authenticates them), and the API server out to its etcd, to DNS, and to the OIDC issuers' ports
+// (public addresses only, unless private issuers are allowed).
+func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
+	ports := slices.Clone(s.IssuerPorts)
+	if len(ports) == 0 {
+		ports = []int32{443}
+	}
+	slices.Sort(ports)
+	ports = slices.Compact(ports)
+	issuers := networkingv1.NetworkPolicyEgressRule{}
+	for _, p := range ports {
+		issuers.Ports = append(issuers.Ports, tcpPort(p))
+	}
+	block := &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}
+	if !s.PrivateIssuers {
+		block.Except = privateRanges
+	}
+	issuers.To = []networkingv1.NetworkPolicyPeer{{IPBlock: block}}
+	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53),
+	}}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
+		ObjectMeta: s.meta(NameAPIServer, ComponentAPIServer),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)}}},
+					Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)}},
+				dns,
+				issuers,
+			},
+		},
+	}
+}
+
+// IssuerPorts returns the TCP ports of issuer URLs (443 for those without one), for Spec.
+func IssuerPorts(issuers []string) []int32 {
+	var ports []int32
+	for _, is := range issuers {
+		u, err := url.Parse(is)
+		if err != nil {
+			continue
+		}
+		p := int32(443)
+		if n, err := strconv.ParseInt(u.Port(), 10, 32); err == nil && n > 0 {
+			p = int32(n)
+		}
+		ports = append(ports, p)
+	}
+	return ports
+}
+
+func tcpPort(p int32) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(p))}
+}
+
+// EtcdStatefulSet is etcd: one member, its data on a claim of StorageClassName, or on an emptyDir
+// (lost with the pod) without one.
+func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
+	m := s.meta(NameEtcd, ComponentEtcd)
+	m.Annotations[AnnotationInputs] = s.Inputs()
+	pod := s.podSpec(ComponentEtcd, []corev1.Container{{
+		Name:    containerEtcd,
+		Image:   s.Image,
+		Command: []string{binDir + "etcd"},
+		Args:    etcdArgs(s.Namespace),
+		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: portEtcd, Protocol: corev1.ProtocolTCP},
+			{Name: "health", ContainerPort: portEtcdHTTP, Protocol: corev1.ProtocolTCP}},
+		Env:       goEnv(containerEtcd),
+		Resources: s.Etcd,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "data", MountPath: etcdDataDir},
+			{Name: "pki", MountPath: etcdPKIMount, ReadOnly: true},
+		},
+		StartupProbe:   httpProbe("/health?serializable=true", portEtcdHTTP, corev1.URISchemeHTTP, 1, 120),
+		ReadinessProbe: httpProbe("/health?serializable=true", portEtcdHTTP, corev1.URISchemeHTTP, 5, 3),
+		LivenessProbe:  httpProbe("/health?serializable=true&exclude=NOSPACE", portEtcdHTTP, corev1.URISchemeHTTP, 10, 6),
+	}})
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](0o440),
+		Sources: []corev1.VolumeProjection{
+			secretItems(SecretEtcdServer, "tls.crt", "server.crt", "tls.key", "server.key"),
+			secretItems(SecretEtcdCA, "ca.crt", "ca.crt"),
+		},
+	}}})
+	sts := &appsv1.StatefulSet{
+		TypeMeta:   typeMeta("apps/v1", "StatefulSet"),
+		ObjectMeta: m,
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:    ptr.To[int32](1),
+			ServiceName: NameEtcd,
+			Selector:    &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)},
+			Template:    corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentEtcd), Spec: pod},
+		},
+	}
+	if s.StorageClassName == "" {
+		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{Name: "data",
+			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		return sts
+	}
+	size := s.StorageSize
+	if size.IsZero() {
+		size = DefaultStorageSize
+	}
+	sts.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Labels: s.labels(ComponentEtcd)},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(s.StorageClassName),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}}
+	// The claims go with the StatefulSet (and so with the Cluster's namespace).
+	sts.Spec.PersistentVolumeClaimRetentionPolicy = &appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{
+		WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
+		WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
+	}
+	return sts
+}
+
+// etcdArgs are etcd's flags: one member, TLS with client certificates of its own CA on the client
+// port (the API server's is the only one issued), the peer port on the pod's loopback, plain
+// /health on portEtcdHTTP for the kubelet's probes.
+func etcdArgs(namespace string) []string {
+	peer := fmt.Sprintf("http://127.0.0.1:%d", portEtcdPeer)
+	return []string{
+		"--name=default",
+		"--data-dir=" + etcdDataDir + "/data",
+		fmt.Sprintf("--listen-client-urls=https://0.0.0.0:%d", portEtcd),
+		fmt.Sprintf("--advertise-client-urls=https://%s.%s.svc:%d", NameEtcd, namespace, portEtcd),
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=default=" + peer,
+		fmt.Sprintf("--listen-metrics-urls=http://0.0.0.0:%d", portEtcdHTTP),
+		"--cert-file=" + etcdPKIMount + "/server.crt",
+		"--key-file=" + etcdPKIMount + "/server.key",
+		"--trusted-ca-file=" + etcdPKIMount + "/ca.crt",
+		"--client-cert-auth=true",
+		"--log-level=warn",
+		"--quota-backend-bytes=" + strconv.Itoa(1<<30),
+		"--auto-compaction-mode=periodic",
+		"--auto-compaction-retention=1h",
+	}
+}
+
+// APIServerDeployment runs kube-apiserver and kube-controller-manager in one pod. A rollout starts
+// the new pod before the old one goes (maxSurge 100 %, maxUnavailable 0): the API stays up; the
+// controller managers elect a leader so that two never act at once.
+func (s *Spec) APIServerDeployment() *appsv1.Deployment {
+	m := s.meta(NameAPIServer, ComponentAPIServer)
+	m.Annotations[AnnotationInputs] = s.Inputs()
+	pod := s.podSpec(ComponentAPIServer, []corev1.Container{
+		{
+			Name:      containerAPIServer,
+			Image:     s.Image,
+			Command:   []string{binDir + "kube-apiserver"},
+			Args:      apiServerArgs(s.Namespace, s.ServiceCIDR),
+			Env:       append([]corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}, goEnv(containerAPIServer)...),
+			Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: PortAPIServer, Protocol: corev1.ProtocolTCP}},
+			Resources: s.APIServer,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "pki", MountPath: pkiMount, ReadOnly: true},
+				{Name: "authn", MountPath: authnMount, ReadOnly: true},
+				{Name: "tmp", MountPath: tmpMount},
+			},
+			// No initial delay: the startup probe asks every second, so a new API server is used as
+			// soon as it is ready, not after a fixed wait.
+			StartupProbe:   httpProbe("/livez", PortAPIServer, corev1.URISchemeHTTPS, 1, 180),
+			ReadinessProbe: httpProbe("/readyz", PortAPIServer, corev1.URISchemeHTTPS, 2, 3),
+			LivenessProbe:  httpProbe("/livez", PortAPIServer, corev1.URISchemeHTTPS, 10, 6),
+		},
+		{
+			Name:      containerKCM,
+			Image:     s.Image,
+			Command:   []string{binDir + "kube-controller-manager"},
+			Args:      controllerManagerArgs(s.ServiceCIDR),
+			Env:       goEnv(containerKCM),
+			Ports:     []corev1.ContainerPort{{Name: "kcm", ContainerPort: portKCM, Protocol: corev1.ProtocolTCP}},
+			Resources: s.ControllerManager,
+			VolumeMounts: []corev1.VolumeMount{
+				{Name: "kcm", MountPath: kcmMount, ReadOnly: true},
+				{Name: "tmp", MountPath: tmpMount},
+			},
+			StartupProbe:  httpProbe("/healthz", portKCM, corev1.URISchemeHTTPS, 1, 180),
+			LivenessProbe: httpProbe("/healthz", portKCM, corev1.URISchemeHTTPS, 10, 6),
+		},
+	})
+	// kube-apiserver is a sidecar (a restartable init container): the controller manager starts
+	// only once the API server's startup probe has passed. Started together, it would fail to reach
+	// the API server, exit, and wait out the kubelet's crash-loop backoff.
+	api := pod.Containers[0]
+	api.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	pod.InitContainers, pod.Containers = []corev1.Container{api}, pod.Containers[1:]
+	pod.Volumes = append(pod.Volumes,
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o440),
+			Sources: []corev1.VolumeProjection{
+				secretItems(SecretCA, "ca.crt", "ca.crt"),
+				secretItems(SecretServing, "tls.crt", "apiserver.crt", "tls.key", "apiserver.key"),
+				secretItems(SecretServiceAcct, "sa.key", "sa.key", "sa.pub", "sa.pub"),
+				secretItems(SecretEtcdClient, "tls.crt", "etcd-client.crt", "tls.key", "etcd-client.key", "ca.crt", "etcd-ca.crt"),
+			},
+		}}},
+		corev1.Volume{Name: "authn", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: NameAuthn}}}},
+		corev1.Volume{Name: "kcm", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o440),
+			Sources: []corev1.VolumeProjection{
+				secretItems(SecretCA, "ca.crt", "ca.crt", "ca.key", "ca.key"),
+				secretItems(SecretServiceAcct, "sa.key", "sa.key"),
+				secretItems(SecretKCMKubeconf, "kubeconfig", "kubeconfig"),
+			},
+		}}},
+	)
+	return &appsv1.Deployment{
+		TypeMeta:   typeMeta("apps/v1", "Deployment"),
+		ObjectMeta: m,
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentAPIServer), Spec: pod},
+		},
+	}
+}
+
+// apiServerArgs are kube-apiserver's flags: those of a local cluster's (controlplane) with the
+// files of the pod's mounts and etcd over TLS.
+func apiServerArgs(namespace, serviceCIDR string) []string {
+	return append(controlplane.APIServerArgs(controlplane.APIServerFiles{
+		ServingCert: pkiMount + "/apiserver.crt", ServingKey: pkiMount + "/apiserver.key",
+		ClientCA: pkiMount + "/ca.crt", ServiceAccountKey: pkiMount + "/sa.pub", ServiceAccountSigningKey: pkiMount + "/sa.key",
+		AuthenticationConfig: authnMount + "/" + authnKey,
+	}, serviceCIDR),
+		fmt.Sprintf("--etcd-servers=https://%s.%s.svc:%d", NameEtcd, namespace, portEtcd),
+		"--etcd-cafile="+pkiMount+"/etcd-ca.crt",
+		"--etcd-certfile="+pkiMount+"/etcd-client.crt",
+		"--etcd-keyfile="+pkiMount+"/etcd-client.key",
+		"--bind-address=0.0.0.0",
+		"--secure-port="+strconv.Itoa(PortAPIServer),
+		// The pod's address in the hosted cluster's kubernetes Service; the lease reconciler keeps
+		// it right while a rollout runs two API servers.
+		"--advertise-address=$(POD_IP)",
+		"--endpoint-reconciler-type=lease",
+		"--watch-cache=false",
+	)
+}
+
+// controllerManagerArgs are kube-controller-manager's flags: those of a local cluster's, with
+// leader election (a rollout runs two for a moment) and its health port open to the kubelet.
+func controllerManagerArgs(serviceCIDR string) []string {
+	kubeconfig := kcmMount + "/kubeconfig"
+	return append(controlplane.ControllerManagerArgs(controlplane.ControllerManagerFiles{
+		Kubeconfig: kubeconfig, CACert: kcmMount + "/ca.crt", CAKey: kcmMount + "/ca.key", ServiceAccountKey: kcmMount + "/sa.key",
+	}, serviceCIDR),
+		"--leader-elect=true",
+		// A lease that rides out a busy node: with kube-controller-manager's 15 s/10 s/2 s, a
+		// renewal late by 10 s (seen with ten control planes starting on two cores) makes it exit
+		// and restart. The price: in a rollout the new one waits up to a minute to take over.
+		"--leader-elect-lease-duration=60s",
+		"--leader-elect-renew-deadline=40s",
+		"--leader-elect-retry-period=10s",
+		"--bind-address=0.0.0.0",
+		"--secure-port="+strconv.Itoa(portKCM),
+		"--cert-dir="+tmpMount,
+	)
+}
+
+// podSpec is the pod of a component: non-root, read-only root, no capabilities (the restricted
+// Pod Security Standard), no service-account token (the control plane does not call its host),
+// spread over nodes away from other control planes' pods of the same component.
+func (s *Spec) podSpec(component string, containers []corev1.Container) corev1.PodSpec {
+	for i := range containers {
+		containers[i].ImagePullPolicy = corev1.PullIfNotPresent
+		containers[i].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+		containers[i].SecurityContext = &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}
+	}
+	return corev1.PodSpec{
+		Containers:                   containers,
+		AutomountServiceAccountToken: ptr.To(false),
+		EnableServiceLinks:           ptr.To(false),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](runAsID), RunAsGroup: ptr.To[int64](runAsID), FSGroup: ptr.To[int64](runAsID),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Volumes: []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		// Two replicas of one control plane (a rollout) go to different nodes where they can.
+		TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{
+			MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: s.selector(component)},
+		}},
+		// Control planes spread over the nodes: a pod prefers a node without another control
+		// plane's pod of its component (topology spread counts only its own namespace's pods).
+		Affinity: &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+				Weight: 100,
+				PodAffinityTerm: corev1.PodAffinityTerm{
+					TopologyKey:       corev1.LabelHostname,
+					LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{LabelManagedBy: ManagedBy, LabelComponent: component}},
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManagedBy: ManagedBy}},
+				},
+			}},
+		}},
+		TerminationGracePeriodSeconds: ptr.To[int64](30),
+	}
+}
+
+// goEnv sets a container's Go memory limit to 90 % of its memory limit... as the kubelet gives it:
+// GOMEMLIMIT from the limit (bytes), GOGC 50 as on the local backend.
+func goEnv(container string) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+			ContainerName: container, Resource: "limits.memory", Divisor: resource.MustParse("1"),
+		}}},
+		{Name: "GOGC", Value: "50"},
+	}
+}
+
+func httpProbe(path string, port int32, scheme corev1.URIScheme, period, failures int32) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(port), Scheme: scheme}},
+		PeriodSeconds:    period,
+		FailureThreshold: failures,
+		TimeoutSeconds:   5,
+	}
+}
+
+// secretItems projects Secret name's keys (key, path, key, path, ...).
+func secretItems(name string, keyPaths ...string) corev1.VolumeProjection {
+	p := &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name}}
+	for i := 0; i+1 < len(keyPaths); i += 2 {
+		p.Items = append(p.Items, corev1.KeyToPath{Key: keyPaths[i], Path: keyPaths[i+1]})
+	}
+	return corev1.VolumeProjection{Secret: p}
+}
+
+func typeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+// ServingHosts are the names and addresses the API server's serving certificate is for: its
+// Services' DNS names, the hosted cluster's own kubernetes Service, the pod's loopback (the
+// controller manager), and the external host or load balancer addresses.
+func ServingHosts(namespace, serviceCIDR string, external []string) []string {
+	hosts := []string{"localhost", "127.0.0.1",
+		NameAPIServer, NameAPIServer + "." + namespace, NameAPIServer + "." + namespace + ".svc",
+		NameAPIServer + "." + namespace + ".svc.cluster.local",
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+	}
+	if ip := controlplane.KubernetesServiceIP(serviceCIDR); ip != nil {
+		hosts = append(hosts, ip.String())
+	}
+	for _, h := range external {
+		if h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// EtcdHosts are the names etcd's serving certificate is for.
+func EtcdHosts(namespace string) []string {
+	return []string{NameEtcd, NameEtcd + "." + namespace, NameEtcd + "." + namespace + ".svc",
+		NameEtcd + "." + namespace + ".svc.cluster.local", "localhost", "127.0.0.1"}
+}
+
+// internalURL is the API server's URL inside the host cluster.
+func internalURL(namespace string) string {
+	return fmt.Sprintf("https://%s.%s.svc:%d", NameAPIServer, namespace, PortService)
+}
+
+// externalURL is https://host:port.
+func externalURL(host string, port int32) string {
+	return "https://" + net.JoinHostPort(host, strconv.Itoa(int(port)))
+}

@@ -1,0 +1,336 @@
+package hosted
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+func testSpec() *Spec {
+	return &Spec{
+		Namespace:   NamespaceFor("0b7e2c4a-9f1d-4e55-8a3b-1c2d3e4f5a6b"),
+		Cluster:     ClusterRef{Namespace: "team-a", Name: "dev", Profile: "default.local.hosted", UID: "0b7e2c4a-9f1d-4e55-8a3b-1c2d3e4f5a6b"},
+		Image:       "cluster-provider/controlplane:v1.37.1",
+		ServiceCIDR: "198.18.0.0/16",
+		APIServer:   DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
+	}
+}
+
+// flags maps each --name=value argument to its value; a flag given twice fails the test.
+func flags(t *testing.T, args []string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for _, a := range args {
+		name, value, ok := strings.Cut(a, "=")
+		require.True(t, ok && strings.HasPrefix(a, "--"), "argument %q is --flag=value", a)
+		_, dup := m[name]
+		require.False(t, dup, "flag %s given twice", name)
+		m[name] = value
+	}
+	return m
+}
+
+func container(t *testing.T, pod corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+func TestNamespaceFor(t *testing.T) {
+	for uid, want := range map[string]string{
+		"0b7e2c4a-9f1d-4e55-8a3b-1c2d3e4f5a6b": "hcp-0b7e2c4a9f1d4e558a3b",
+		"ABC":                                  "hcp-abc",
+	} {
+		got := NamespaceFor(typesUID(uid))
+		assert.Equal(t, want, got)
+		assert.Empty(t, validation.IsDNS1123Label(got))
+	}
+}
+
+func TestObjectsNamesAndLabels(t *testing.T) {
+	s := testSpec()
+	objs := append(append([]client.Object{s.NamespaceObject()}, s.Objects()...), s.Workloads()...)
+	seen := map[string]bool{}
+	for _, o := range objs {
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		require.NotEmpty(t, kind, "%s has its TypeMeta (server-side apply needs it)", o.GetName())
+		key := kind + "/" + o.GetName()
+		assert.False(t, seen[key], "%s made twice", key)
+		seen[key] = true
+		if kind != "Namespace" {
+			assert.Equal(t, s.Namespace, o.GetNamespace(), key)
+		}
+		l := o.GetLabels()
+		assert.Equal(t, ManagedBy, l[LabelManagedBy], key)
+		assert.Equal(t, string(s.Cluster.UID), l[LabelClusterUID], key)
+		assert.Equal(t, "team-a", l[LabelClusterNamespace], key)
+		assert.Equal(t, "dev", l[LabelClusterName], key)
+		ref, ok := refOf(o)
+		assert.True(t, ok, key)
+		assert.Equal(t, "team-a/dev", ref.String(), key)
+		assert.Equal(t, s.Cluster.Profile, ref.Profile, key)
+	}
+	assert.Equal(t, "restricted", s.NamespaceObject().Labels["pod-security.kubernetes.io/enforce"])
+
+	// A name too long for a label value is in the annotation only.
+	long := testSpec()
+	long.Cluster.Name = strings.Repeat("n", 64)
+	_, has := long.EtcdService().Labels[LabelClusterName]
+	assert.False(t, has)
+	ref, ok := refOf(long.EtcdService())
+	assert.True(t, ok)
+	assert.Equal(t, long.Cluster.Name, ref.Name)
+	// Pods name their Cluster too: their template carries the annotations.
+	ref, ok = refOf(&corev1.Pod{ObjectMeta: long.APIServerDeployment().Spec.Template.ObjectMeta})
+	assert.True(t, ok)
+	assert.Equal(t, long.Cluster.Name, ref.Name)
+}
+
+func TestSelectors(t *testing.T) {
+	s := testSpec()
+	other := testSpec()
+	other.Cluster.UID = "ffffffff-0000-0000-0000-000000000000"
+	dep, sts := s.APIServerDeployment(), s.EtcdStatefulSet()
+	apiPods := labels.Set(dep.Spec.Template.Labels)
+	etcdPods := labels.Set(sts.Spec.Template.Labels)
+	for _, tc := range []struct {
+		name     string
+		selector map[string]string
+		matches  labels.Set
+		not      []labels.Set
+	}{
+		{"Deployment", dep.Spec.Selector.MatchLabels, apiPods, []labels.Set{etcdPods, other.APIServerDeployment().Spec.Template.Labels}},
+		{"StatefulSet", sts.Spec.Selector.MatchLabels, etcdPods, []labels.Set{apiPods, other.EtcdStatefulSet().Spec.Template.Labels}},
+		{"Service apiserver", s.InternalService().Spec.Selector, apiPods, []labels.Set{etcdPods}},
+		{"Service apiserver-external", s.ExternalService().Spec.Selector, apiPods, []labels.Set{etcdPods}},
+		{"Service etcd", s.EtcdService().Spec.Selector, etcdPods, []labels.Set{apiPods, other.EtcdStatefulSet().Spec.Template.Labels}},
+		{"NetworkPolicy etcd", s.EtcdNetworkPolicy().Spec.PodSelector.MatchLabels, etcdPods, []labels.Set{apiPods}},
+		{"NetworkPolicy apiserver", s.APIServerNetworkPolicy().Spec.PodSelector.MatchLabels, apiPods, []labels.Set{etcdPods}},
+		{"etcd's ingress peers", s.EtcdNetworkPolicy().Spec.Ingress[0].From[0].PodSelector.MatchLabels, apiPods, []labels.Set{etcdPods, other.APIServerDeployment().Spec.Template.Labels}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sel := labels.SelectorFromSet(tc.selector)
+			assert.True(t, sel.Matches(tc.matches))
+			for _, n := range tc.not {
+				assert.False(t, sel.Matches(n), "%v", n)
+			}
+		})
+	}
+}
+
+func TestNetworkPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		issuers    []string
+		private    bool
+		wantPorts  []int32
+		wantExcept bool
+	}{
+		{"no issuers", nil, false, []int32{443}, true},
+		{"issuers on 443 and 8443", []string{"https://idp.example.com", "https://idp.example.org:8443/realms/x", "https://b.example.com/"}, false, []int32{443, 8443}, true},
+		{"private issuers allowed", []string{"https://10.0.0.5:9443"}, true, []int32{9443}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testSpec()
+			s.IssuerPorts, s.PrivateIssuers = IssuerPorts(tc.issuers), tc.private
+			np := s.APIServerNetworkPolicy()
+			assert.ElementsMatch(t, []string{"Ingress", "Egress"}, []string{string(np.Spec.PolicyTypes[0]), string(np.Spec.PolicyTypes[1])})
+			require.Len(t, np.Spec.Ingress, 1)
+			assert.Empty(t, np.Spec.Ingress[0].From, "API clients from anywhere: the API server authenticates them")
+			assert.Equal(t, intstr.FromInt32(PortAPIServer), *np.Spec.Ingress[0].Ports[0].Port)
+			require.Len(t, np.Spec.Egress, 3)
+			// To its own etcd only.
+			assert.Equal(t, s.selector(ComponentEtcd), np.Spec.Egress[0].To[0].PodSelector.MatchLabels)
+			assert.Equal(t, intstr.FromInt32(2379), *np.Spec.Egress[0].Ports[0].Port)
+			// DNS.
+			assert.Len(t, np.Spec.Egress[1].Ports, 2)
+			// The issuers' ports.
+			var ports []int32
+			for _, p := range np.Spec.Egress[2].Ports {
+				ports = append(ports, p.Port.IntVal)
+			}
+			assert.Equal(t, tc.wantPorts, ports)
+			block := np.Spec.Egress[2].To[0].IPBlock
+			assert.Equal(t, "0.0.0.0/0", block.CIDR)
+			if tc.wantExcept {
+				assert.Contains(t, block.Except, "169.254.0.0/16", "no cloud metadata")
+				assert.Contains(t, block.Except, "10.0.0.0/8")
+			} else {
+				assert.Empty(t, block.Except)
+			}
+
+			etcd := s.EtcdNetworkPolicy()
+			assert.Len(t, etcd.Spec.PolicyTypes, 2, "ingress and egress: etcd reaches nothing")
+			assert.Empty(t, etcd.Spec.Egress)
+			require.Len(t, etcd.Spec.Ingress, 1)
+		})
+	}
+}
+
+func TestAPIServerDeployment(t *testing.T) {
+	s := testSpec()
+	dep := s.APIServerDeployment()
+	assert.Equal(t, int32(1), *dep.Spec.Replicas)
+	ru := dep.Spec.Strategy.RollingUpdate
+	assert.Equal(t, "100%", ru.MaxSurge.String(), "blue/green: the new pod starts before the old goes")
+	assert.Equal(t, 0, ru.MaxUnavailable.IntValue())
+	assert.Equal(t, s.Inputs(), dep.Annotations[AnnotationInputs])
+
+	pod := dep.Spec.Template.Spec
+	assert.False(t, *pod.AutomountServiceAccountToken, "the control plane does not call its host")
+	assert.True(t, *pod.SecurityContext.RunAsNonRoot)
+	require.NotNil(t, pod.Affinity.PodAntiAffinity)
+	assert.Equal(t, corev1.LabelHostname, pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey)
+	assert.Equal(t, corev1.LabelHostname, pod.TopologySpreadConstraints[0].TopologyKey)
+
+	require.Len(t, pod.InitContainers, 1)
+	assert.Equal(t, containerAPIServer, pod.InitContainers[0].Name, "the API server starts first, as a sidecar")
+	assert.Equal(t, corev1.ContainerRestartPolicyAlways, *pod.InitContainers[0].RestartPolicy)
+	api := container(t, pod, containerAPIServer)
+	assert.Equal(t, s.Image, api.Image)
+	assert.Equal(t, corev1.PullIfNotPresent, api.ImagePullPolicy, "images loaded without a registry")
+	assert.Equal(t, []string{"/usr/local/bin/kube-apiserver"}, api.Command)
+	f := flags(t, api.Args)
+	assert.Equal(t, "https://etcd."+s.Namespace+".svc:2379", f["--etcd-servers"])
+	assert.Equal(t, "/etc/kubernetes/pki/etcd-client.crt", f["--etcd-certfile"])
+	assert.Equal(t, "198.18.0.0/16", f["--service-cluster-ip-range"])
+	assert.Equal(t, "/etc/kubernetes/authn/authn.yaml", f["--authentication-config"])
+	assert.Equal(t, "https://kubernetes.default.svc.cluster.local", f["--service-account-issuer"])
+	assert.Equal(t, "$(POD_IP)", f["--advertise-address"])
+	assert.Equal(t, "6443", f["--secure-port"])
+	assert.Equal(t, "true", f["--enable-priority-and-fairness"])
+	assert.Equal(t, "RBAC", f["--authorization-mode"])
+	// Probes: no initial delay; the startup probe asks every second.
+	for _, p := range []*corev1.Probe{api.StartupProbe, api.ReadinessProbe, api.LivenessProbe} {
+		require.NotNil(t, p)
+		assert.Zero(t, p.InitialDelaySeconds)
+		assert.Equal(t, corev1.URISchemeHTTPS, p.HTTPGet.Scheme)
+	}
+	assert.Equal(t, int32(1), api.StartupProbe.PeriodSeconds)
+	assert.Equal(t, "/readyz", api.ReadinessProbe.HTTPGet.Path)
+	assert.True(t, *api.SecurityContext.ReadOnlyRootFilesystem)
+	assert.Equal(t, resource.MustParse("768Mi"), api.Resources.Limits[corev1.ResourceMemory])
+	assert.Equal(t, "limits.memory", envFrom(api, "GOMEMLIMIT"))
+
+	kcm := container(t, pod, containerKCM)
+	f = flags(t, kcm.Args)
+	assert.Equal(t, "true", f["--leader-elect"], "a rollout runs two for a moment")
+	assert.Equal(t, "40s", f["--leader-elect-renew-deadline"], "a busy node does not make it exit")
+	assert.Equal(t, "/etc/kubernetes/kcm/ca.key", f["--cluster-signing-key-file"])
+	assert.Nil(t, kcm.ReadinessProbe, "a restarting controller manager does not take the API server out of its Service")
+	assert.NotNil(t, kcm.LivenessProbe)
+
+	// The API server's container sees no CA key: only the controller manager signs.
+	for _, v := range pod.Volumes {
+		if v.Name != "pki" {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			for _, it := range src.Secret.Items {
+				assert.NotEqual(t, "ca.key", it.Key, "%s", src.Secret.Name)
+			}
+		}
+	}
+}
+
+func envFrom(c corev1.Container, name string) string {
+	for _, e := range c.Env {
+		if e.Name == name && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			return e.ValueFrom.ResourceFieldRef.Resource
+		}
+	}
+	return ""
+}
+
+func TestEtcdStatefulSet(t *testing.T) {
+	for _, tc := range []struct {
+		name, class string
+		size        resource.Quantity
+		wantClaim   bool
+		wantSize    string
+	}{
+		{name: "no storage class: emptyDir", wantClaim: false},
+		{name: "storage class, default size", class: "fast", wantClaim: true, wantSize: "1Gi"},
+		{name: "storage class and size", class: "fast", size: resource.MustParse("5Gi"), wantClaim: true, wantSize: "5Gi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := testSpec()
+			s.StorageClassName, s.StorageSize = tc.class, tc.size
+			sts := s.EtcdStatefulSet()
+			assert.Equal(t, int32(1), *sts.Spec.Replicas)
+			if tc.wantClaim {
+				require.Len(t, sts.Spec.VolumeClaimTemplates, 1)
+				pvc := sts.Spec.VolumeClaimTemplates[0]
+				assert.Equal(t, tc.class, *pvc.Spec.StorageClassName)
+				assert.Equal(t, resource.MustParse(tc.wantSize), pvc.Spec.Resources.Requests[corev1.ResourceStorage])
+				assert.Equal(t, appsv1.DeletePersistentVolumeClaimRetentionPolicyType, sts.Spec.PersistentVolumeClaimRetentionPolicy.WhenDeleted)
+				for _, v := range sts.Spec.Template.Spec.Volumes {
+					assert.NotEqual(t, "data", v.Name, "the claim, not a volume, is data")
+				}
+			} else {
+				assert.Empty(t, sts.Spec.VolumeClaimTemplates)
+				found := false
+				for _, v := range sts.Spec.Template.Spec.Volumes {
+					if v.Name == "data" {
+						found = v.EmptyDir != nil
+					}
+				}
+				assert.True(t, found, "data on an emptyDir")
+			}
+			c := container(t, sts.Spec.Template.Spec, containerEtcd)
+			f := flags(t, c.Args)
+			assert.Equal(t, "true", f["--client-cert-auth"])
+			assert.Equal(t, "https://0.0.0.0:2379", f["--listen-client-urls"])
+			assert.Equal(t, "http://127.0.0.1:2380", f["--listen-peer-urls"], "the peer port stays in the pod")
+			assert.Equal(t, "/var/lib/etcd/data", f["--data-dir"], "a folder etcd makes 0700 itself")
+			assert.Equal(t, "/health?serializable=true", c.ReadinessProbe.HTTPGet.Path)
+		})
+	}
+}
+
+func TestInputs(t *testing.T) {
+	a, b := testSpec(), testSpec()
+	assert.Equal(t, a.Inputs(), b.Inputs(), "the same inputs hash alike")
+	b.Image = "cluster-provider/controlplane:v1.37.2"
+	assert.NotEqual(t, a.Inputs(), b.Inputs())
+	c := testSpec()
+	c.APIServer = *DefaultAPIServer.DeepCopy()
+	c.APIServer.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
+	assert.NotEqual(t, a.Inputs(), c.Inputs())
+}
+
+func TestExternalService(t *testing.T) {
+	s := testSpec()
+	assert.Equal(t, corev1.ServiceTypeNodePort, s.ExternalService().Spec.Type, "NodePort by default")
+	s.Exposure = corev1.ServiceTypeLoadBalancer
+	assert.Equal(t, corev1.ServiceTypeLoadBalancer, s.ExternalService().Spec.Type)
+	assert.Equal(t, corev1.ServiceType(""), corev1.ServiceType(s.InternalService().Spec.Type), "ClusterIP")
+	assert.Equal(t, int32(443), s.InternalService().Spec.Ports[0].Port)
+	assert.True(t, s.EtcdService().Spec.PublishNotReadyAddresses)
+}
+
+func TestServingHosts(t *testing.T) {
+	h := ServingHosts("hcp-x", "198.18.0.0/16", []string{"172.18.0.3", ""})
+	for _, want := range []string{"apiserver.hcp-x.svc", "127.0.0.1", "198.18.0.1", "kubernetes.default.svc", "172.18.0.3"} {
+		assert.Contains(t, h, want)
+	}
+	assert.NotContains(t, h, "")
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }
