@@ -17,12 +17,14 @@
 #      Deployment cp-local with no securityContext, no probes, RollingUpdate), and
 #      TestScenarioOnKind again through it, then a rollout of it; our labeller is switched on in
 #      its runCommand, since openMCP's operator, which would run its own, does not run here;
-#   5. the hosted backend: deploy/hosted (two stateless replicas, --hosted-backend), the control
-#      plane image $CONTROLPLANE_IMAGE loaded and pinned, hack/localprovisioner serving claims of
-#      StorageClass hosted-local with local volumes on the nodes; TestScenarioHostedOnKind (the
-#      scenario suite against a hosted profile, clients reaching the NodePorts from this machine)
-#      and TestHostedOnKind (ten Clusters spread over the workers, the operator's pods deleted and
-#      rolled to another image under polling clients, control-plane pods deleted, figures);
+#   5. the hosted backend, the control-plane image $CONTROLPLANE_IMAGE loaded and pinned,
+#      hack/localprovisioner serving claims of StorageClass hosted-local with local volumes on the
+#      nodes: first as openMCP deploys it (deploy/openmcp/clusterprovider-hosted.yaml through
+#      hack/openmcpshape: two stateless replicas, --hosted-backend) with TestScenarioHostedOnKind
+#      (the scenario suite against a hosted profile, clients reaching the NodePorts from this
+#      machine); then deploy/hosted with TestHostedOnKind (ten Clusters spread over the workers, the
+#      operator's pods deleted and rolled to another image under polling clients, control-plane
+#      pods deleted, figures);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -138,17 +140,18 @@ omns=openmcp-system
 kc create namespace "$omns"
 state_volume cluster-provider-e2e-openmcp-state /var/lib/cluster-provider-openmcp "$omns" deploy/openmcp/state.yaml
 kc apply -f deploy/openmcp/state.yaml
+# shape FILE PART: the objects openMCP's operator makes of the ClusterProvider in FILE.
 shape() {
   go run ./hack/openmcpshape --namespace "$omns" --environment "$environment" --image "$IMAGE" \
-    --run-command-extra=--controllers=accessrequest,providerconfig "$@" <deploy/openmcp/clusterprovider.yaml
+    --run-command-extra=--controllers=accessrequest,providerconfig --part "$2" <"$1"
 }
-shape --part init | kc apply -f -
+shape deploy/openmcp/clusterprovider.yaml init | kc apply -f -
 if ! kc -n "$omns" wait --for=condition=complete job/cp-local-init --timeout=3m; then
   kc -n "$omns" logs job/cp-local-init || true
   exit 1
 fi
 kc -n "$omns" logs job/cp-local-init
-shape --part run | kc apply -f -
+shape deploy/openmcp/clusterprovider.yaml run | kc apply -f -
 kc -n "$omns" rollout status deploy/cp-local --timeout=5m
 kc apply -f deploy/openmcp/networkpolicy.yaml
 policy_selects "$omns" cp-local cp-local
@@ -173,16 +176,30 @@ done
 say "After the rollout, $pod leads ($((i)) s after the rollout finished)"
 kc -n "$omns" delete deploy/cp-local --wait=true
 
-say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"
+say "The hosted backend as openMCP deploys it: deploy/openmcp/clusterprovider-hosted.yaml"
 go build -o "$bin/localprovisioner" ./hack/localprovisioner
 "$bin/localprovisioner" --kubeconfig "$kubeconfig" >"$bin/localprovisioner.log" 2>&1 &
 provisioner=$!
+# openMCP's operator makes the init Job anew for the changed ClusterProvider (a Job's pod template
+# cannot change).
+kc -n "$omns" delete job/cp-local-init --wait=true
+shape deploy/openmcp/clusterprovider-hosted.yaml init | kc apply -f -
+kc -n "$omns" wait --for=condition=complete job/cp-local-init --timeout=3m
+shape deploy/openmcp/clusterprovider-hosted.yaml run | kc apply -f -
+kc -n "$omns" rollout status deploy/cp-local --timeout=5m
+policy_selects "$omns" cp-local cp-local
+E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
+  E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" \
+  go test ./test/e2e/ -run '^TestScenarioHostedOnKind$' -count=1 -v -timeout 20m
+kc -n "$omns" delete deploy/cp-local --wait=true
+
+say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"
 kc apply --server-side -k deploy/hosted
 kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
 kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
-  go test ./test/e2e/ -run '^(TestScenarioHostedOnKind|TestHostedOnKind)$' -count=1 -v -timeout 40m
+  go test ./test/e2e/ -run '^TestHostedOnKind$' -count=1 -v -timeout 40m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

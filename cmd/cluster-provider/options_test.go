@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -180,17 +181,20 @@ func TestOpenMCPArgs(t *testing.T) {
 	inClusterNamespaceFile = filepath.Join(t.TempDir(), "namespace") // in a pod: --leader-elect needs no namespace flag
 	require.NoError(t, os.WriteFile(inClusterNamespaceFile, []byte("openmcp-system"), 0o600))
 
-	// The documented openMCP mode: deploy/openmcp's ClusterProvider.
-	var cp struct {
-		Spec struct {
-			RunCommand []string `json:"runCommand"`
-		} `json:"spec"`
+	// The documented openMCP modes: deploy/openmcp's ClusterProviders, local and hosted.
+	runCommandOf := func(file string) []string {
+		var cp struct {
+			Spec struct {
+				RunCommand []string `json:"runCommand"`
+			} `json:"spec"`
+		}
+		data, err := os.ReadFile("../../deploy/openmcp/" + file)
+		require.NoError(t, err)
+		require.NoError(t, yaml.Unmarshal(data, &cp))
+		require.NotEmpty(t, cp.Spec.RunCommand, file)
+		return cp.Spec.RunCommand
 	}
-	data, err := os.ReadFile("../../deploy/openmcp/clusterprovider.yaml")
-	require.NoError(t, err)
-	require.NoError(t, yaml.Unmarshal(data, &cp))
-	openMCPMode := cp.Spec.RunCommand
-	require.NotEmpty(t, openMCPMode)
+	localMode, hostedMode := runCommandOf("clusterprovider.yaml"), runCommandOf("clusterprovider-hosted.yaml")
 	levels := map[string]zapcore.Level{
 		"DEBUG": zapcore.DebugLevel, "debug": zapcore.DebugLevel, "Debug": zapcore.DebugLevel,
 		"INFO": zapcore.InfoLevel, "info": zapcore.InfoLevel, "": zapcore.InfoLevel,
@@ -199,8 +203,8 @@ func TestOpenMCPArgs(t *testing.T) {
 	for verbosity, level := range levels {
 		for _, replicas := range []int{1, 2} {
 			for _, metricsPort := range []int{0, 8080} {
-				for _, runCommand := range [][]string{nil, openMCPMode} {
-					name := fmt.Sprintf("verbosity %q replicas %d metrics %d openMCP mode %v", verbosity, replicas, metricsPort, runCommand != nil)
+				for _, runCommand := range [][]string{nil, localMode, hostedMode} {
+					name := fmt.Sprintf("verbosity %q replicas %d metrics %d run command %q", verbosity, replicas, metricsPort, runCommand)
 					t.Run(name, func(t *testing.T) {
 						cmd := runCommand
 						if cmd == nil {
@@ -219,8 +223,15 @@ func TestOpenMCPArgs(t *testing.T) {
 						assert.Equal(t, replicas > 1 || runCommand != nil, o.LeaderElect)
 						if runCommand != nil {
 							assert.Equal(t, map[string]bool{controllerProviderConfig: true}, o.Enabled, "openMCP's labeller and scheduler run instead of ours")
+						}
+						switch {
+						case slices.Equal(runCommand, localMode):
 							assert.Equal(t, []string{"/opt/cluster-provider/k8s"}, o.LocalBinaryDirs)
 							assert.Equal(t, "10.244.1.3", o.LocalAdvertiseHost)
+							assert.False(t, o.HostedBackend)
+						case slices.Equal(runCommand, hostedMode):
+							assert.True(t, o.HostedBackend)
+							assert.Empty(t, o.LocalBinaryDirs, "the hosted deployment has no state volume: the local backend is off")
 						}
 						if metricsPort > 0 {
 							assert.Equal(t, ":8080", o.MetricsBindAddress)

@@ -14,11 +14,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestNetworkPolicySelectsOpenMCPDeployment: deploy/openmcp/networkpolicy.yaml applies to the pod
-// of the Deployment openMCP makes from deploy/openmcp/clusterprovider.yaml, in the same namespace,
-// and admits its metrics port.
+// TestNetworkPolicySelectsOpenMCPDeployment: deploy/openmcp/networkpolicy.yaml applies to the pods
+// of the Deployment openMCP makes from each of deploy/openmcp's ClusterProviders (local and
+// hosted), in the same namespace, and admits their metrics port.
 func TestNetworkPolicySelectsOpenMCPDeployment(t *testing.T) {
-	in, err := os.ReadFile("../../deploy/openmcp/clusterprovider.yaml")
+	for _, file := range []string{"clusterprovider.yaml", "clusterprovider-hosted.yaml"} {
+		t.Run(file, func(t *testing.T) { testNetworkPolicySelects(t, "../../deploy/openmcp/"+file) })
+	}
+}
+
+func testNetworkPolicySelects(t *testing.T, clusterProvider string) {
+	in, err := os.ReadFile(clusterProvider)
 	require.NoError(t, err)
 	var out bytes.Buffer
 	require.NoError(t, run([]string{"--part", "run"}, bytes.NewReader(in), &out))
