@@ -277,32 +277,43 @@ func startProbe(c kubernetes.Interface) *probe {
 	p := &probe{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			reqCtx, cancelReq := context.WithTimeout(ctx, time.Second)
-			_, err := c.CoreV1().Namespaces().Get(reqCtx, "default", metav1.GetOptions{})
-			cancelReq()
-			if ctx.Err() != nil {
-				return // stopped, not a failure of the cluster
-			}
-			now := time.Now()
+		pollNamespace(ctx, c, 100*time.Millisecond, time.Second, func(sent time.Time, took time.Duration, err error) {
+			now := sent.Add(took)
 			p.mu.Lock()
+			defer p.mu.Unlock()
 			switch {
 			case err != nil && p.lost.IsZero():
 				p.lost = now
 			case err == nil && !p.lost.IsZero() && p.answer.IsZero():
 				p.answer = now
 			}
-			p.mu.Unlock()
-		}
+		})
 	}()
 	return p
+}
+
+// pollNamespace GETs namespace default through c every interval until ctx ends, each request
+// bounded by timeout, and hands record each request's send time, duration and error. A request cut
+// off by ctx's end is not recorded: it was stopped, not a failure of the cluster.
+func pollNamespace(ctx context.Context, c kubernetes.Interface, interval, timeout time.Duration, record func(sent time.Time, took time.Duration, err error)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		reqCtx, cancel := context.WithTimeout(ctx, timeout)
+		sent := time.Now()
+		_, err := c.CoreV1().Namespaces().Get(reqCtx, "default", metav1.GetOptions{})
+		took := time.Since(sent)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		record(sent, took, err)
+	}
 }
 
 // stop ends the probe and returns when the cluster stopped and started answering.

@@ -361,8 +361,8 @@ type pollers struct {
 	results []pollResult
 }
 
-// startPollers GETs namespace default in every cluster every interval until stopped (each client
-// bounds its requests by pollTimeout).
+// startPollers GETs namespace default in every cluster every interval until stopped, each request
+// bounded by pollTimeout.
 func startPollers(clients []kubernetes.Interface, interval time.Duration) *pollers {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pollers{cancel: cancel, results: make([]pollResult, len(clients))}
@@ -370,30 +370,17 @@ func startPollers(clients []kubernetes.Interface, interval time.Duration) *polle
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				start := time.Now()
-				_, err := cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
-				took := time.Since(start)
-				if ctx.Err() != nil {
-					return
-				}
-				r := &p.results[i]
+			r := &p.results[i] // this goroutine's alone until stop
+			pollNamespace(ctx, cs, interval, pollTimeout, func(sent time.Time, took time.Duration, err error) {
 				r.requests++
 				r.slowest = max(r.slowest, took)
 				if took > slowAnswer {
 					r.slow++
 				}
 				if err != nil {
-					r.errors = append(r.errors, fmt.Errorf("sent %s, after %.1f s: %w", start.Format("15:04:05.000"), took.Seconds(), err))
+					r.errors = append(r.errors, fmt.Errorf("sent %s, after %.1f s: %w", sent.Format("15:04:05.000"), took.Seconds(), err))
 				}
-			}
+			})
 		}()
 	}
 	return p
