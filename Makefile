@@ -13,6 +13,12 @@ CONTROLLER_GEN_VERSION ?= v0.23.0
 # module proxy (under a minute each), cached outside the clone.
 ETCD_LINES             ?= 3.5.35 3.6.6
 CACHE                  ?= $(HOME)/.cache/cluster-provider
+# The previous Kubernetes minor and the etcd it ships with: backend/local's
+# TestUpgradePreviousMinor upgrades a real cluster from it to K8S_VERSION in place. Built from the
+# Go module proxy like envtest's (about 17 CPU-minutes cold), cached outside the clone; .ci/run
+# builds it in the background while make verify and make envtest run.
+PREV_K8S_VERSION       ?= 1.36.3
+PREV_ETCD_VERSION      ?= 3.6.6
 
 ROOT   := $(abspath .)
 BIN    := $(ROOT)/bin
@@ -26,6 +32,7 @@ KUBE_CONTROLLER_MANAGER := $(ENVTEST_ASSETS)/kube-controller-manager
 ETCD           := $(ENVTEST_ASSETS)/etcd
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 ETCD_LINE_BINS := $(foreach v,$(ETCD_LINES),$(CACHE)/etcd/$(v)/etcd)
+PREV_ASSETS    := $(CACHE)/k8s/$(PREV_K8S_VERSION)-etcd$(PREV_ETCD_VERSION)
 empty :=
 space := $(empty) $(empty)
 
@@ -62,8 +69,9 @@ verify: generate ## gofmt, go vet, and fail if generated files are out of date.
 	  git status --porcelain -- api deploy/crds deploy/rbac; git diff --stat -- api deploy/crds deploy/rbac; exit 1; fi
 
 .PHONY: test
-test: envtest $(ETCD_LINE_BINS) ## Run all tests with the race detector against envtest (deploy-check among them).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) LOCAL_ETCD_BINARIES=$(subst $(space),:,$(ETCD_LINE_BINS)) go test $(GO_TEST_FLAGS) ./...
+test: envtest envtest-prev $(ETCD_LINE_BINS) ## Run all tests with the race detector against envtest (deploy-check among them).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) LOCAL_ETCD_BINARIES=$(subst $(space),:,$(ETCD_LINE_BINS)) \
+	  LOCAL_PREV_BINARIES=$(PREV_ASSETS) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: deploy-check
 deploy-check: envtest ## kustomize build every base and overlay of deploy/, server-side dry-run apply against envtest.
@@ -147,6 +155,17 @@ $(ETCD):
 
 $(CACHE)/etcd/%/etcd:
 	hack/build-envtest.sh etcd $* $@
+
+.PHONY: envtest-prev
+envtest-prev: $(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/etcd ## Build the previous minor's kube-apiserver, kube-controller-manager and etcd (cached in ~/.cache/cluster-provider/k8s).
+	@echo "LOCAL_PREV_BINARIES=$(PREV_ASSETS)"
+
+$(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/kube-controller-manager &:
+	hack/build-envtest.sh kubernetes $(PREV_K8S_VERSION) $(PREV_ASSETS)
+
+$(PREV_ASSETS)/etcd: $(CACHE)/etcd/$(PREV_ETCD_VERSION)/etcd
+	mkdir -p $(PREV_ASSETS)
+	cp $< $@.tmp && mv $@.tmp $@
 
 # The upstream e2e suite of the served version, for `make conformance` only (not in `make test`).
 $(E2E_TEST):

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -22,6 +23,30 @@ const ServiceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // Backend runs the clusters behind Cluster resources. Every method is safe for concurrent use
 // and returns quickly: none waits for a cluster to start.
+//
+// # The version contract
+//
+// Every Backend keeps it; a platform team relies on it for clusters that live for years.
+//
+//   - The version a cluster RUNS is recorded by its Backend when it makes the cluster, in what the
+//     Backend owns (local: the cluster folder's record; kind: the cluster's state folder; hosted:
+//     the control plane's record), and changes only when the Backend has moved the cluster.
+//   - A Cluster without spec.kubernetes.version keeps the version it was made with: moving the
+//     ProviderConfig's defaultVersion, deprecating a version or adding images never moves an
+//     existing cluster (Resolve).
+//   - spec.kubernetes.version changed to a later patch or to the next minor is an upgrade in
+//     place that keeps data, endpoint, CA and every issued kubeconfig; etcd moves one release
+//     line at a time (3.5 → 3.6 → 3.7, EtcdLine). An earlier patch of the same minor may be
+//     allowed where the Backend can do it.
+//   - A downgrade of the minor, a skipped minor, a version the profile does not offer, or a
+//     change the Backend cannot make safely (kind cannot change a node's version; hosted etcd on
+//     an emptyDir cannot be replaced without losing its data) is REFUSED: the cluster keeps
+//     running and serving its version, and State.VersionChange says in one sentence what was
+//     refused and what to do. The Cluster reconciler turns it into the VersionUpToDate
+//     condition and a Warning Event.
+//   - State.Runs, State.Version (and so the k8sversion label and the providerinfo annotation)
+//     say the version the cluster runs, never the one asked for; a pending or refused change
+//     shows only in State.VersionChange.
 type Backend interface {
 	// Name is the ProviderConfig spec.backend value this Backend serves, e.g. "local".
 	Name() string
@@ -30,12 +55,13 @@ type Backend interface {
 	// versions without a "v" (1.37.1).
 	Versions() []string
 
-	// Ensure starts what is missing of cl's cluster, running Kubernetes version (one of
-	// Versions), and returns what it observes. It is idempotent and does not block on a starting
-	// cluster: the Backend calls its Notify callback when the cluster's state changes. An error
-	// that carries a reason (see Error) is a state the user must change (capacity, say); others
-	// are worth retrying.
-	Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (State, error)
+	// Ensure starts what is missing of cl's cluster and returns what it observes. The version it
+	// runs follows the version contract (above): want.Version for a cluster it makes, the
+	// recorded version after that, and a change only as Resolve allows and the Backend can make
+	// it. It is idempotent and does not block on a starting or upgrading cluster: the Backend
+	// calls its Notify callback when the cluster's state changes. An error that carries a reason
+	// (see Error) is a state the user must change (capacity, say); others are worth retrying.
+	Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want Want) (State, error)
 
 	// Delete stops cl's cluster and deletes its data. gone reports that nothing of it is left;
 	// until then call it again.
@@ -80,6 +106,12 @@ type State struct {
 	// Version is the Kubernetes version the API server reports (/version, without "v"); empty
 	// until it has answered once.
 	Version string
+	// Runs is the Kubernetes version the Backend recorded for the cluster: the one it was made
+	// with, or the last one it was moved to (during an upgrade, the one it moves to).
+	Runs string
+	// VersionChange, when not nil, is a change of version the Cluster asks for that the cluster
+	// does not run yet: in progress, or refused (the cluster keeps running Runs).
+	VersionChange *VersionChange
 	// Info is a short line for the Cluster's providerinfo annotation.
 	Info string
 	// ProviderStatus is backend-specific detail for status.providerStatus; it is marshalled to
@@ -211,4 +243,33 @@ func ProbeReadyz(ctx context.Context, cfg *rest.Config) error {
 		return fmt.Errorf("/readyz: %s", resp.Status)
 	}
 	return nil
+}
+
+// ServerVersion is the version the API server behind cfg reports (/version), without the "v".
+func ServerVersion(ctx context.Context, cfg *rest.Config) (string, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/version", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("/version: %s", resp.Status)
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return "", fmt.Errorf("/version: %w", err)
+	}
+	return Normalize(v.GitVersion), nil
 }

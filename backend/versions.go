@@ -165,3 +165,119 @@ func MissingMessage(backend string, missing, served []string) string {
 	return fmt.Sprintf("spec.supportedVersions %s: no %s binaries serve them, so the ClusterProfile leaves them out (served: %s). Add a folder with a kube-apiserver and etcd of that version to --local-binaries, or remove them from spec.supportedVersions",
 		strings.Join(missing, ", "), backend, strings.Join(served, ", "))
 }
+
+// Want is the version a Cluster asks its backend for, as the Cluster reconciler computes it from
+// spec.kubernetes.version and the profile's Offer.
+type Want struct {
+	// Version is what a cluster made now runs: spec.kubernetes.version, or the profile's default
+	// when the Cluster names none. Empty when NotOffered is set.
+	Version string
+	// Requested is spec.kubernetes.version, normalized; empty when the Cluster names none, so an
+	// existing cluster keeps the version it runs.
+	Requested string
+	// NotOffered, when set, says that Requested is not offered by the profile (reason
+	// VersionNotSupported): no cluster is made for it, and a running one keeps its version.
+	NotOffered error
+}
+
+// WantOf is what cl asks for of a profile offering o.
+func WantOf(o Offer, requested string) Want {
+	w := Want{Requested: Normalize(requested)}
+	w.Version, w.NotOffered = o.Choose(requested)
+	return w
+}
+
+// VersionChange is a change of version that a Cluster asks for and its cluster does not run yet:
+// in progress, or refused.
+type VersionChange struct {
+	// From is the version the cluster runs; To the one asked for.
+	From, To string
+	// Refused is true when the backend does not make the change: the cluster keeps running From.
+	Refused bool
+	// Message says, in a sentence, what happens (or what was refused, why, and what to do).
+	Message string
+}
+
+// ReasonVersionChangeRefused: a change of spec.kubernetes.version that the backend does not make
+// (a downgrade, a skipped minor, a change the backend cannot make without losing data).
+const ReasonVersionChangeRefused = "VersionChangeRefused"
+
+// ReasonUpgrading: the backend moves the cluster to the version asked for.
+const ReasonUpgrading = "Upgrading"
+
+// Resolve decides the version a cluster runs, given the version its backend recorded (running:
+// empty for a cluster not made yet) and what the Cluster asks for:
+//   - a new cluster runs w.Version (or fails with w.NotOffered);
+//   - a Cluster that names no version, or names the one it runs, keeps running it: moving the
+//     profile's default, deprecating a version or adding one never moves an existing cluster;
+//   - a named version that differs is checked by CheckVersionChange: allowed, target is it and
+//     change says it is in progress; refused, target stays running and change says why.
+//
+// A backend adds its own refusals (Refuse) for changes it cannot make safely.
+func Resolve(running string, w Want) (target string, change *VersionChange, err error) {
+	if running == "" {
+		if w.NotOffered != nil {
+			return "", nil, w.NotOffered
+		}
+		return w.Version, nil, nil
+	}
+	running = Normalize(running)
+	if w.Requested == "" || SameVersion(running, w.Requested) {
+		return running, nil, nil
+	}
+	if w.NotOffered != nil {
+		return running, Refuse(running, w.Requested, fmt.Sprintf("%s; the cluster keeps running %s", w.NotOffered, running)), nil
+	}
+	if err := CheckVersionChange(running, w.Requested); err != nil {
+		return running, Refuse(running, w.Requested, err.Error()), nil
+	}
+	return Normalize(w.Requested), &VersionChange{From: running, To: Normalize(w.Requested),
+		Message: fmt.Sprintf("Upgrading from Kubernetes %s to %s in place: data, endpoint, CA and issued kubeconfigs are kept.", running, Normalize(w.Requested))}, nil
+}
+
+// Refuse is a refused change from → to, with message (a sentence saying why and what to do).
+func Refuse(from, to, message string) *VersionChange {
+	return &VersionChange{From: Normalize(from), To: Normalize(to), Refused: true, Message: message}
+}
+
+// CheckVersionChange reports whether a cluster of Kubernetes from may move in place to to. Allowed:
+// a later patch of the same minor, any patch of the next minor, and an earlier patch of the same
+// minor (the storage format does not change within a minor). Refused: a change of the major, a
+// downgrade of the minor (etcd and the API server's storage cannot go back) and a skipped minor
+// (Kubernetes' version skew policy: one minor at a time). The error says why and what to do.
+func CheckVersionChange(from, to string) error {
+	f, err := version.ParseSemantic(Normalize(from))
+	if err != nil {
+		return fmt.Errorf("the cluster's version %q does not parse (%v); its version cannot be changed in place: create a new Cluster", from, err)
+	}
+	t, err := version.ParseSemantic(Normalize(to))
+	if err != nil {
+		return fmt.Errorf("spec.kubernetes.version %q is not a semantic version (%v); name a version like %d.%d.0", to, err, f.Major(), f.Minor()+1)
+	}
+	switch {
+	case f.Major() != t.Major():
+		return fmt.Errorf("a change of the major version from %s to %s is refused: Kubernetes does not move between majors in place; create a new Cluster", f, t)
+	case t.Minor() < f.Minor():
+		return fmt.Errorf("downgrade from %s to %s is refused: etcd and the API server's storage cannot go back; create a new Cluster (or set spec.kubernetes.version back to %s)", f, t, f)
+	case t.Minor() > f.Minor()+1:
+		return fmt.Errorf("upgrade from %s to %s is refused: it skips Kubernetes %d.%d, and a cluster moves one minor at a time; set spec.kubernetes.version to a %d.%d version first", f, t, f.Major(), f.Minor()+1, f.Major(), f.Minor()+1)
+	}
+	return nil
+}
+
+// EtcdLine is the etcd release line (3.5, 3.6, 3.7) that Kubernetes version v ships with: 3.5 up
+// to 1.33, 3.6 from 1.34 to 1.36, 3.7 from 1.37. A move between Kubernetes minors may move etcd
+// one line at most.
+func EtcdLine(v string) (int, error) {
+	p, err := version.ParseGeneric(Normalize(v))
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case p.Minor() <= 33:
+		return 5, nil
+	case p.Minor() <= 36:
+		return 6, nil
+	}
+	return 7, nil
+}

@@ -102,7 +102,7 @@ var servedVersions = []string{"1.38.0", "1.37.1", "1.36.3"}
 
 func (versionsBackend) Name() string       { return "local" }
 func (versionsBackend) Versions() []string { return servedVersions }
-func (versionsBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, string) (backend.State, error) {
+func (versionsBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, backend.Want) (backend.State, error) {
 	return backend.State{Reason: backend.ReasonStarting, Message: "test double: never ready"}, nil
 }
 func (versionsBackend) Delete(context.Context, *clustersv1alpha1.Cluster) (bool, error) {

@@ -143,6 +143,8 @@ type providerStatus struct {
 	ServiceCIDR  string `json:"serviceCIDR"`
 	Exposure     string `json:"exposure"`
 	ExternalHost string `json:"externalHost,omitempty"`
+	// UpgradeFrom is the version the control plane moves from while it rolls to Version.
+	UpgradeFrom string `json:"upgradeFrom,omitempty"`
 }
 
 // recorded is cl's providerStatus, if this backend wrote it.
@@ -154,8 +156,11 @@ func recorded(cl *clustersv1alpha1.Cluster) providerStatus {
 	return ps
 }
 
-// Ensure applies what is missing of cl's control plane and reports what it observes.
-func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+// Ensure applies what is missing of cl's control plane and reports what it observes. The version
+// follows the contract of backend.Backend: the recorded one, or a change Resolve allows made by
+// rolling the control plane's image (etcd first, on its claim); a change of a control plane whose
+// etcd is on an emptyDir is refused (upgradeRefusal).
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
 	pc, err := b.opts.Config(ctx, cl)
 	if err != nil {
 		return backend.State{}, err
@@ -172,12 +177,26 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		return backend.State{Reason: backend.ReasonBackendStarting, Message: "the hosted backend is starting", RetryAfter: 2 * time.Second}, nil
 	}
 	ps := recorded(cl)
+	version, change, err := backend.Resolve(ps.Version, want)
+	if err != nil {
+		return backend.State{}, err
+	}
+	if change != nil && !change.Refused {
+		if change, err = b.upgradeRefusal(ctx, h, cl, change); err != nil {
+			return backend.State{}, err
+		}
+	}
+	upgradeFrom := ps.UpgradeFrom
+	if change != nil && !change.Refused {
+		upgradeFrom = change.From
+		b.opts.Logger.Info("Upgrading a hosted control plane", "cluster", backend.RefOf(cl).String(), "from", change.From, "to", change.To)
+	}
 	s, err := b.spec(cl, pc, settings, version, ps)
 	if err != nil {
 		return backend.State{}, err
 	}
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
-		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost}
+		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom}
 	if settings.Seed != nil {
 		ps.Seed = settings.Seed.SecretName
 	}
@@ -225,7 +244,42 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 	} else if !apierrors.IsNotFound(err) {
 		return backend.State{}, err
 	}
-	return b.observe(ctx, h, cl, s, ps, external, waiting)
+	st, err := b.observe(ctx, h, cl, s, ps, external, waiting)
+	if err != nil {
+		return st, err
+	}
+	st.Runs = ps.Version
+	switch {
+	case change != nil && change.Refused:
+		st.VersionChange = change
+	case ps.UpgradeFrom != "" && st.Ready && backend.SameVersion(st.Version, ps.Version):
+		ps.UpgradeFrom = "" // done: the rolled API server serves the new version
+		st.ProviderStatus = ps
+	case ps.UpgradeFrom != "":
+		st.Runs = ps.UpgradeFrom
+		st.VersionChange = &backend.VersionChange{From: ps.UpgradeFrom, To: ps.Version, Message: fmt.Sprintf(
+			"Upgrading from Kubernetes %s to %s: etcd rolls first on its claim, then the API server and the controller manager.", ps.UpgradeFrom, ps.Version)}
+	}
+	return st, nil
+}
+
+// upgradeRefusal returns change refused when this control plane cannot make it without losing
+// data (its etcd keeps its data on an emptyDir, which a new etcd pod does not have), else change.
+func (b *Backend) upgradeRefusal(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, change *backend.VersionChange) (*backend.VersionChange, error) {
+	sts := &appsv1.StatefulSet{}
+	err := h.cache.Get(ctx, client.ObjectKey{Namespace: NamespaceFor(cl.UID), Name: NameEtcd}, sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return change, nil // nothing runs yet: nothing to lose
+	case err != nil:
+		return nil, fmt.Errorf("reading etcd's StatefulSet to check an upgrade: %w", err)
+	case len(sts.Spec.VolumeClaimTemplates) == 0:
+		return backend.Refuse(change.From, change.To, fmt.Sprintf(
+			"upgrade from %s to %s is refused: this control plane's etcd keeps its data on an emptyDir, which a new etcd pod would start without; "+
+				"the cluster keeps running %s. Create a new Cluster with spec.kubernetes.version %s (give the ProviderConfig spec.hosted.storageClassName so that new control planes keep etcd on a claim), or set spec.kubernetes.version back to %s",
+			change.From, change.To, change.From, change.To, change.From)), nil
+	}
+	return change, nil
 }
 
 // spec builds the Spec of cl's control plane: the image, service range and exposure it was
@@ -414,7 +468,7 @@ func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Clu
 	}
 	st.Ready, st.Reason, st.RetryAfter = true, backend.ReasonRunning, 0
 	st.Message = fmt.Sprintf("the control plane in namespace %s serves on %s", s.Namespace, external)
-	if v, err := serverVersion(cfg); err == nil {
+	if v, err := backend.ServerVersion(ctx, cfg); err == nil {
 		st.Version = v
 	}
 	return st, nil
@@ -526,7 +580,7 @@ func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster)
 	if cfg != nil {
 		return rest.CopyConfig(cfg), nil
 	}
-	if _, err := b.Ensure(ctx, cl, recorded(cl).Version); err != nil {
+	if _, err := b.Ensure(ctx, cl, backend.Want{Version: recorded(cl).Version}); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -609,24 +663,4 @@ func hashOf(ss []string) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:8])
-}
-
-// serverVersion is the API server's /version without the "v".
-func serverVersion(cfg *rest.Config) (string, error) {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return "", err
-	}
-	resp, err := hc.Get(cfg.Host + "/version")
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var v struct {
-		GitVersion string `json:"gitVersion"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return "", err
-	}
-	return backend.Normalize(v.GitVersion), nil
 }

@@ -103,7 +103,7 @@ func newCluster(name string) *clustersv1alpha1.Cluster {
 // ensure calls Ensure and records its provider status in cl, as the Cluster reconciler does.
 func (h *harness) ensure(t *testing.T, cl *clustersv1alpha1.Cluster) backend.State {
 	t.Helper()
-	s, err := h.b.Ensure(t.Context(), cl, "1.37.1")
+	s, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
 	raw, err := json.Marshal(s.ProviderStatus)
 	require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestEnsureRefusesADamagedCA(t *testing.T) {
 
 	h2 := startBackend(t) // a new backend: nothing remembered
 	h2.pc = h.pc
-	_, err := h2.b.Ensure(t.Context(), cl, "1.37.1")
+	_, err := h2.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), "Secret "+ns+"/ca")
@@ -275,7 +275,7 @@ func TestEnsureRefusesADamagedCA(t *testing.T) {
 
 func TestEnsureUnknownVersion(t *testing.T) {
 	h := startBackend(t)
-	_, err := h.b.Ensure(t.Context(), newCluster("version"), "1.30.0")
+	_, err := h.b.Ensure(t.Context(), newCluster("version"), backend.Want{Version: "1.30.0"})
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported))
 	assert.Contains(t, err.Error(), "spec.hosted.images")
@@ -363,7 +363,7 @@ func TestSeed(t *testing.T) {
 
 	// An unknown seed is an error that names it.
 	h.pc.Spec.Hosted.Seed = &providersv1alpha1.SeedRef{SecretName: "nowhere"}
-	_, err = h.b.Ensure(t.Context(), newCluster("lost"), "1.37.1")
+	_, err = h.b.Ensure(t.Context(), newCluster("lost"), backend.Want{Version: "1.37.1"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nowhere")
 

@@ -144,7 +144,11 @@ func ClusterName(uid types.UID) string {
 
 // Ensure starts the creation of cl's kind cluster if it does not exist, and returns what it
 // observes. It never waits for a creation.
-func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+//
+// The version a kind cluster runs is recorded in its folder when it is created (kind clusters
+// made before the record are recorded from their API server's answer). kind cannot change a
+// node's version: every change is refused, and the cluster keeps running.
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
 	name := ClusterName(cl.UID)
 	b.mu.Lock()
 	creating, failed := b.creating[cl.UID], b.failed[cl.UID]
@@ -164,17 +168,60 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 			b.mu.Unlock()
 			return backend.State{}, fmt.Errorf("creating kind cluster %s failed: %w; retrying", name, failed)
 		}
+		version, _, err := backend.Resolve("", want)
+		if err != nil {
+			return backend.State{}, err
+		}
 		image, err := b.opts.NodeImage(ctx, cl, version)
 		if err != nil {
 			return backend.State{}, err
 		}
-		if err := b.startCreate(cl, name, image); err != nil {
+		if err := b.startCreate(cl, name, image, version); err != nil {
 			return backend.State{}, err
 		}
 		return backend.State{Reason: backend.ReasonStarting, RetryAfter: 10 * time.Second,
 			Message: fmt.Sprintf("creating kind cluster %s with node image %s", name, image)}, nil
 	}
-	return b.observe(ctx, cl, name)
+	s, err := b.observe(ctx, cl, name)
+	if err != nil {
+		return s, err
+	}
+	return s, b.versionOf(cl, want, &s)
+}
+
+// versionFile records, in a cluster's folder, the Kubernetes version its node image runs.
+const versionFile = "version"
+
+// versionOf fills s.Runs from the cluster's record (made from the API server's answer where it is
+// missing) and refuses any change of version.
+func (b *Backend) versionOf(cl *clustersv1alpha1.Cluster, want backend.Want, s *backend.State) error {
+	path := filepath.Join(b.opts.StateDir, string(cl.UID), versionFile)
+	data, err := os.ReadFile(path)
+	running := backend.Normalize(string(data))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && s.Version != "":
+		running = s.Version
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, []byte(running), 0o600); err != nil {
+			return fmt.Errorf("recording the version of kind cluster %s: %w", ClusterName(cl.UID), err)
+		}
+	case errors.Is(err, os.ErrNotExist):
+		return nil // made before the record: known once its API server answers
+	case err != nil:
+		return fmt.Errorf("reading the recorded version of kind cluster %s: %w", ClusterName(cl.UID), err)
+	}
+	s.Runs = running
+	if _, change, _ := backend.Resolve(running, want); change != nil {
+		if !change.Refused {
+			change = backend.Refuse(running, change.To, fmt.Sprintf(
+				"change from %s to %s is refused: kind cannot change the Kubernetes version of a cluster's node, and the cluster keeps running %s; create a new Cluster with spec.kubernetes.version %s and move the workloads, or set spec.kubernetes.version back to %s",
+				running, change.To, running, change.To, running))
+		}
+		s.VersionChange = change
+	}
+	return nil
 }
 
 // observe reads the endpoints and CA of an existing kind cluster and probes its API server.
@@ -201,6 +248,9 @@ func (b *Backend) observe(ctx context.Context, cl *clustersv1alpha1.Cluster, nam
 		return s, nil
 	}
 	s.Ready, s.Reason, s.Message = true, backend.ReasonRunning, fmt.Sprintf("kind cluster %s serves on %s", name, external.Host)
+	if v, err := backend.ServerVersion(ctx, external); err == nil {
+		s.Version = v
+	}
 	return s, nil
 }
 
@@ -214,10 +264,13 @@ func (b *Backend) exists(name string) (bool, error) {
 
 // startCreate writes the cluster's authentication configuration and creates the kind cluster in
 // the background; when it ends, Notify is told.
-func (b *Backend) startCreate(cl *clustersv1alpha1.Cluster, name, image string) error {
+func (b *Backend) startCreate(cl *clustersv1alpha1.Cluster, name, image, version string) error {
 	authDir := b.authDir(cl.UID)
 	if err := os.MkdirAll(authDir, 0o700); err != nil {
 		return err
+	}
+	if err := os.WriteFile(filepath.Join(b.opts.StateDir, string(cl.UID), versionFile), []byte(version), 0o600); err != nil {
+		return fmt.Errorf("recording the version of kind cluster %s: %w", name, err)
 	}
 	path := filepath.Join(authDir, authconfig.FileName)
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {

@@ -115,12 +115,12 @@ func TestEnsureCreatesInTheBackground(t *testing.T) {
 	cl := testCluster("6cf1de0f-cdb4-40a6-98fe-d10ad1730762")
 	ctx := t.Context()
 
-	s, err := b.Ensure(ctx, cl, "1.37.1")
+	s, err := b.Ensure(ctx, cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err, "Ensure returns while kind creates")
 	assert.False(t, s.Ready)
 	assert.Equal(t, backend.ReasonStarting, s.Reason)
 	assert.NotZero(t, s.RetryAfter)
-	s, err = b.Ensure(ctx, cl, "1.37.1")
+	s, err = b.Ensure(ctx, cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
 	assert.Equal(t, backend.ReasonStarting, s.Reason)
 	gone, err := b.Delete(ctx, cl)
@@ -136,7 +136,7 @@ func TestEnsureCreatesInTheBackground(t *testing.T) {
 	}
 	assert.Equal(t, []string{"cp-6cf1de0fcdb440a698fe"}, f.creates, "one creation, named after the UID")
 
-	s, err = b.Ensure(ctx, cl, "1.37.1")
+	s, err = b.Ensure(ctx, cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
 	assert.True(t, s.Ready, s.Message)
 	assert.Equal(t, "https://127.0.0.1:40001", s.Endpoint)
@@ -166,12 +166,12 @@ func TestEnsureReportsAFailedCreation(t *testing.T) {
 	notified := make(chan backend.Ref, 2)
 	b := newTestBackend(t, f, notified)
 	cl := testCluster("u1")
-	_, err := b.Ensure(t.Context(), cl, "1.37.1")
+	_, err := b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
 	<-notified
-	_, err = b.Ensure(t.Context(), cl, "1.37.1")
+	_, err = b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	assert.ErrorContains(t, err, "docker: no space left", "the failure is reported once")
-	_, err = b.Ensure(t.Context(), cl, "1.37.1")
+	_, err = b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err, "then retried")
 	<-notified
 	assert.Len(t, f.creates, 2)
@@ -180,7 +180,7 @@ func TestEnsureReportsAFailedCreation(t *testing.T) {
 func TestEnsureUnservedVersion(t *testing.T) {
 	f := &fakeProvider{release: make(chan struct{})}
 	b := newTestBackend(t, f, make(chan backend.Ref, 1))
-	_, err := b.Ensure(t.Context(), testCluster("u2"), "1.20.0")
+	_, err := b.Ensure(t.Context(), testCluster("u2"), backend.Want{Version: "1.20.0"})
 	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported), "%v", err)
 	assert.Empty(t, f.creates)
 }
@@ -250,14 +250,14 @@ func TestRealKind(t *testing.T) {
 			time.Sleep(time.Second) // polling the backend, which deletes in the background
 		}
 	})
-	_, err = b.Ensure(t.Context(), cl, "")
+	_, err = b.Ensure(t.Context(), cl, backend.Want{Version: ""})
 	require.NoError(t, err)
 	select {
 	case <-notified:
 	case <-time.After(6 * time.Minute):
 		t.Fatal("kind did not finish")
 	}
-	s, err := b.Ensure(t.Context(), cl, "")
+	s, err := b.Ensure(t.Context(), cl, backend.Want{Version: ""})
 	require.NoError(t, err)
 	assert.True(t, s.Ready, s.Message)
 }

@@ -137,7 +137,7 @@ func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Clus
 	defer deadline.Stop()
 	start := time.Now()
 	for {
-		s, err := h.b.Ensure(ctx, cl, h.version)
+		s, err := h.b.Ensure(ctx, cl, backend.Want{Version: h.version})
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: Ensure: %w", cl.Name, err)
 		}
@@ -350,7 +350,7 @@ func idleRSS(b *testing.B, iteration int, tuning Tuning, rss map[string][]float6
 	}
 
 	for _, cl := range cls {
-		s, err := h.b.Ensure(b.Context(), cl, h.version)
+		s, err := h.b.Ensure(b.Context(), cl, backend.Want{Version: h.version})
 		require.NoError(b, err)
 		require.True(b, complete(s), "%s is still complete after %s idle: %s: %s", cl.Name, idleSettle, s.Reason, s.Message)
 		pids := h.b.PIDs(cl.UID)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
 // Binaries is one --local-binaries folder: a kube-apiserver, a kube-controller-manager of the same
@@ -21,6 +23,18 @@ type Binaries struct {
 	Dir string
 	// Version is the Kubernetes version its kube-apiserver reports, without "v" (1.37.1).
 	Version string
+	// EtcdVersion is the version its etcd reports (3.6.6); empty if `etcd --version` names none.
+	EtcdVersion string
+}
+
+// EtcdLine is the minor of the folder's etcd (6 for 3.6.6): the version it reports or, when it
+// reports none, the line its Kubernetes version ships with.
+func (b Binaries) EtcdLine() int {
+	if v, err := version.ParseSemantic(b.EtcdVersion); err == nil {
+		return int(v.Minor())
+	}
+	line, _ := backend.EtcdLine(b.Version)
+	return line
 }
 
 // APIServer is the path of the folder's kube-apiserver.
@@ -56,9 +70,11 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 				return nil, fmt.Errorf("--local-binaries folder %s: %w (it must hold kube-apiserver, kube-controller-manager and etcd; `make envtest` builds them)", dir, err)
 			}
 		}
-		if _, err := runVersion(ctx, b.Etcd()); err != nil {
+		etcdOut, err := runVersion(ctx, b.Etcd())
+		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: etcd --version: %w", dir, err)
 		}
+		b.EtcdVersion = parseEtcdVersion(etcdOut)
 		if err := checkEtcdStarts(ctx, b.Etcd()); err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: %w", dir, err)
 		}
@@ -121,6 +137,18 @@ func parseKubernetesVersion(out string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("--version printed %q, not \"Kubernetes vX.Y.Z\"", line)
+}
+
+// parseEtcdVersion reads the version from `etcd --version` output ("etcd Version: 3.6.6"), or "".
+func parseEtcdVersion(out string) string {
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "etcd Version:"); ok {
+			if p, err := version.ParseSemantic(strings.TrimSpace(v)); err == nil {
+				return p.String()
+			}
+		}
+	}
+	return ""
 }
 
 // etcdStartTimeout bounds the start check of a folder's etcd (it is healthy within a second).

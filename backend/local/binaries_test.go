@@ -294,3 +294,17 @@ func TestLoadBinariesRelativeFolder(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), "--local-binaries folder bins: "), err.Error())
 }
+
+func TestParseEtcdVersion(t *testing.T) {
+	for out, want := range map[string]string{
+		"etcd Version: 3.6.6\nGit SHA: v3.6.6\nGo Version: go1.26.8\n": "3.6.6",
+		"etcd Version: 3.7.0\n":                                        "3.7.0",
+		"etcd\n":                                                       "",
+		"etcd Version: banana\n":                                       "",
+	} {
+		assert.Equal(t, want, parseEtcdVersion(out), out)
+	}
+	assert.Equal(t, 6, Binaries{Version: "1.36.3", EtcdVersion: "3.6.6"}.EtcdLine())
+	assert.Equal(t, 7, Binaries{Version: "1.37.1"}.EtcdLine(), "no etcd version: the line of the Kubernetes version")
+	assert.Equal(t, 5, Binaries{Version: "1.37.1", EtcdVersion: "3.5.35"}.EtcdLine(), "what etcd reports wins")
+}

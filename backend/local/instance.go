@@ -615,9 +615,10 @@ func (in *instance) state() backend.State {
 		Endpoints:         map[string]string{backend.EndpointAPIServerExternal: url},
 		CABundle:          in.pki.CAPEM,
 		Version:           in.version,
+		Runs:              in.meta.Version,
 		Info:              fmt.Sprintf("%s v%s :%d", Name, version, in.meta.Ports.APIServer),
 		ProviderStatus: providerStatus{
-			Backend: Name, Version: "v" + version, Ports: in.meta.Ports, Restarts: in.restarts, DataLost: in.meta.DataLost,
+			Backend: Name, Version: "v" + in.meta.Version, Ports: in.meta.Ports, Restarts: in.restarts, DataLost: in.meta.DataLost,
 			ServiceCIDR: in.meta.serviceCIDR(),
 		},
 		Restarts: in.restarts,

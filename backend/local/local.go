@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,8 @@ type Backend struct {
 	deleting  map[types.UID]bool
 	// waiting are the Clusters refused for capacity; they are notified when a cluster is deleted.
 	waiting map[types.UID]backend.Ref
+	// upgrades are the clusters moving to another version, until their new API server serves.
+	upgrades map[types.UID]*upgrade
 	ports   portAllocator
 }
 
@@ -139,6 +142,7 @@ func New(opts Options) (*Backend, error) {
 		instances: map[types.UID]*instance{},
 		deleting:  map[types.UID]bool{},
 		waiting:   map[types.UID]backend.Ref{},
+		upgrades:  map[types.UID]*upgrade{},
 		ports:     portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
 }
@@ -250,8 +254,11 @@ func (b *Backend) stopAll() {
 	b.log.Info("Stopped every local cluster; their data stays", "clusters", len(all))
 }
 
-// Ensure starts cl's cluster if it does not run and returns its state.
-func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (backend.State, error) {
+// Ensure starts cl's cluster if it does not run and returns its state. The version follows the
+// contract of backend.Backend: a new cluster runs want.Version, an existing one the version of its
+// record; an allowed change stops the cluster and starts it again with the new version's
+// binaries in the same folder, on the same ports (upgrade).
+func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.started {
@@ -266,7 +273,11 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		return backend.State{}, fmt.Errorf("cluster %s/%s is being deleted", cl.Namespace, cl.Name)
 	}
 	in := b.instances[cl.UID]
+	if up := b.upgrades[cl.UID]; up != nil {
+		return b.upgradeStateLocked(cl.UID, in, up), nil
+	}
 	repaired := ""
+	var change *backend.VersionChange
 	if in == nil {
 		if n := len(b.instances); n >= b.opts.MaxClusters {
 			b.waiting[cl.UID] = backend.RefOf(cl) // started once a cluster is deleted
@@ -275,25 +286,39 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		}
 		dir := b.dir(cl.UID)
 		m, err := readMeta(dir)
+		running := m.Version // "" for a cluster not made yet
 		switch {
 		case errors.Is(err, os.ErrNotExist):
-			m = meta{UID: cl.UID, Version: version, ServiceCIDR: b.opts.ServiceCIDR}
+			m = meta{UID: cl.UID, Version: want.Version, ServiceCIDR: b.opts.ServiceCIDR}
+			running = ""
 			if lost, ps := folderLost(dir, cl); lost != nil {
 				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
 				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 			} else if _, ran := localStatus(cl); ran {
 				// The folder is there but its record is not (removed by hand, or kept aside by a
 				// repair whose start then failed): rebuilt like a garbled one.
-				m, repaired = b.repairMeta(dir, cl, version, err)
+				m, repaired = b.repairMeta(dir, cl, want.Version, err)
+				running = m.Version
 			}
 		case err != nil:
-			m, repaired = b.repairMeta(dir, cl, version, err)
+			m, repaired = b.repairMeta(dir, cl, want.Version, err)
+			running = m.Version
+		}
+		target, ch, err := backend.Resolve(running, want)
+		if err != nil {
+			return backend.State{}, err
+		}
+		m.Version, change = target, b.checkChangeLocked(ch)
+		if change != nil && !change.Refused {
+			// The cluster does not run: it starts with the new version's binaries at once.
+			b.upgrades[cl.UID] = &upgrade{change: change}
 		}
 		if etcdLost(dir, &m, cl) {
 			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 		}
 		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
 		if in, err = b.runLocked(dir, m); err != nil {
+			delete(b.upgrades, cl.UID)
 			return backend.State{}, b.stateError(err)
 		}
 		delete(b.waiting, cl.UID)
@@ -301,10 +326,124 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, vers
 		port := in.meta.Ports.APIServer
 		in.mu.Unlock()
 		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", port)
+	} else {
+		in.mu.Lock()
+		running := in.meta.Version
+		in.mu.Unlock()
+		_, ch, err := backend.Resolve(running, want)
+		if err != nil {
+			return backend.State{}, err
+		}
+		if change = b.checkChangeLocked(ch); change != nil && !change.Refused {
+			up := &upgrade{change: change, old: in}
+			b.upgrades[cl.UID] = up
+			go b.upgrade(in, up)
+		}
+	}
+	if up := b.upgrades[cl.UID]; up != nil {
+		return b.upgradeStateLocked(cl.UID, in, up), nil
 	}
 	s := in.state()
 	s.Repaired = repaired
+	s.VersionChange = change // refused, or nil
 	return s, nil
+}
+
+// upgrade is a cluster moving in place to another version.
+type upgrade struct {
+	change *backend.VersionChange
+	// old is the instance of the version it moves from while it stops; nil once the new
+	// version's processes were started.
+	old *instance
+}
+
+// checkChangeLocked adds the local backend's refusals to an allowed change: a version no
+// --local-binaries folder serves, and an etcd that would skip or go back a release line.
+func (b *Backend) checkChangeLocked(c *backend.VersionChange) *backend.VersionChange {
+	if c == nil || c.Refused {
+		return c
+	}
+	to, ok := b.binaries(c.To)
+	if !ok {
+		return backend.Refuse(c.From, c.To, fmt.Sprintf(
+			"upgrade from %s to %s is refused: no --local-binaries folder serves Kubernetes %s (served: %s); add one, or set spec.kubernetes.version back to %s",
+			c.From, c.To, c.To, strings.Join(b.Versions(), ", "), c.From))
+	}
+	fromLine, _ := backend.EtcdLine(c.From)
+	if from, ok := b.binaries(c.From); ok {
+		fromLine = from.EtcdLine()
+	}
+	switch toLine := to.EtcdLine(); {
+	case toLine < fromLine:
+		return backend.Refuse(c.From, c.To, fmt.Sprintf(
+			"change from %s to %s is refused: it would move etcd back from 3.%d to 3.%d, which etcd cannot do with the cluster's data; set spec.kubernetes.version back to %s",
+			c.From, c.To, fromLine, toLine, c.From))
+	case toLine > fromLine+1:
+		return backend.Refuse(c.From, c.To, fmt.Sprintf(
+			"upgrade from %s to %s is refused: it would move etcd from 3.%d to 3.%d, and etcd moves one release line at a time; upgrade through a version whose etcd is 3.%d first",
+			c.From, c.To, fromLine, toLine, fromLine+1))
+	}
+	return c
+}
+
+// upgrade stops the cluster of old gracefully (kube-apiserver and kube-controller-manager, then
+// etcd), records the new version and starts the cluster again in the same folder on the same
+// ports: etcd first, then kube-apiserver, then kube-controller-manager. Data, CA, certificates
+// and every issued kubeconfig stay. A Delete or a stop of the backend meanwhile wins.
+func (b *Backend) upgrade(old *instance, up *upgrade) {
+	old.log.Info("Upgrading a cluster in place", "from", up.change.From, "to", up.change.To)
+	old.stop(false)
+	old.mu.Lock()
+	m := old.meta
+	old.mu.Unlock()
+	b.mu.Lock()
+	if b.instances[m.UID] != old || !b.started {
+		delete(b.upgrades, m.UID) // deleted, or the backend stopped: the record still names From
+		b.mu.Unlock()
+		return
+	}
+	delete(b.instances, m.UID)
+	b.ports.release(m.Ports) // and kept again at once: the endpoint stays
+	m.Version = up.change.To
+	_, err := b.runLocked(old.dir, m)
+	up.old = nil
+	if err != nil {
+		delete(b.upgrades, m.UID) // the next Ensure starts the cluster from its record
+		old.log.Error(err, "Starting the upgraded cluster failed; the next reconcile tries again", "version", m.Version)
+	}
+	b.mu.Unlock()
+	b.notify(old)
+}
+
+// upgradeStateLocked is the state of a cluster that moves to another version: not Ready while its
+// old processes stop and its new ones start; done (and forgotten) once the new API server serves
+// and reports the new version.
+func (b *Backend) upgradeStateLocked(uid types.UID, in *instance, up *upgrade) backend.State {
+	c := *up.change
+	if up.old != nil || in == nil {
+		from := up.old
+		if from == nil {
+			from = in
+		}
+		var s backend.State
+		if from != nil {
+			s = from.state()
+		}
+		msg := fmt.Sprintf("Upgrading from Kubernetes %s to %s: the cluster's processes stop and start again with the new binaries.", c.From, c.To)
+		s.Ready, s.Reason, s.Message, s.RetryAfter = false, backend.ReasonUpgrading, msg, time.Second
+		s.ControllerManager = &backend.Part{Reason: backend.ReasonUpgrading, Message: msg}
+		s.Runs, s.Version, s.VersionChange = c.From, "", &c
+		return s
+	}
+	s := in.state()
+	if s.Ready && backend.SameVersion(s.Version, c.To) {
+		delete(b.upgrades, uid)
+		b.log.Info("Upgraded a cluster", "cluster", s.Info, "from", c.From, "to", c.To)
+		return s
+	}
+	c.Message = fmt.Sprintf("Upgrading from Kubernetes %s to %s: the new API server starts on the same data.", c.From, c.To)
+	s.Runs, s.VersionChange = c.From, &c
+	return s
 }
 
 // folderLost returns now and the ports the cluster had if cl's folder dir is gone although the
@@ -424,6 +563,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	in := b.instances[cl.UID]
 	delete(b.instances, cl.UID)
 	delete(b.waiting, cl.UID)
+	delete(b.upgrades, cl.UID)
 	b.deleting[cl.UID] = true
 	b.mu.Unlock()
 	defer func() {

@@ -114,9 +114,15 @@ func (h *harness) stop() {
 // state, or fails the test at the deadline.
 func (h *harness) await(cl *clustersv1alpha1.Cluster, what string, cond func(backend.State) bool) backend.State {
 	h.t.Helper()
+	return h.awaitWant(cl, backend.Want{Version: "1.37.1"}, what, cond)
+}
+
+// awaitWant is await with the version cl asks for.
+func (h *harness) awaitWant(cl *clustersv1alpha1.Cluster, want backend.Want, what string, cond func(backend.State) bool) backend.State {
+	h.t.Helper()
 	deadline := time.After(readyWithin)
 	for {
-		s, err := h.b.Ensure(h.t.Context(), cl, "1.37.1")
+		s, err := h.b.Ensure(h.t.Context(), cl, want)
 		require.NoError(h.t, err)
 		if cond(s) {
 			return s
@@ -234,7 +240,7 @@ func TestClusterLifecycle(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("capacity", func(t *testing.T) {
-		_, err := h.b.Ensure(t.Context(), newCluster("two"), "1.37.1")
+		_, err := h.b.Ensure(t.Context(), newCluster("two"), backend.Want{Version: "1.37.1"})
 		require.Error(t, err)
 		assert.True(t, backend.IsReason(err, backend.ReasonCapacityExhausted), "%v", err)
 		assert.Contains(t, err.Error(), "--local-max-clusters")
@@ -245,7 +251,7 @@ func TestClusterLifecycle(t *testing.T) {
 
 	for _, proc := range []string{procAPIServer, procEtcd, procControllerManager} {
 		t.Run("kill -9 "+proc, func(t *testing.T) {
-			before, _ := h.b.Ensure(t.Context(), cl, "1.37.1")
+			before, _ := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 			pid := h.b.PIDs(cl.UID)[proc]
 			require.NotZero(t, pid)
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -350,7 +356,7 @@ func TestEnsureRejectsUnservedVersion(t *testing.T) {
 	var err error
 	require.Eventually(t, func() bool { // wait for Start to finish adopting (nothing to adopt)
 		var s backend.State
-		s, err = h.b.Ensure(t.Context(), cl, "1.20.0")
+		s, err = h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.20.0"})
 		return err != nil || s.Reason != backend.ReasonBackendStarting
 	}, stopWithin, 10*time.Millisecond)
 	require.Error(t, err)

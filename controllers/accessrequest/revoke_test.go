@@ -117,7 +117,7 @@ type unreachableBackend struct{}
 
 func (unreachableBackend) Name() string       { return "local" }
 func (unreachableBackend) Versions() []string { return []string{"1.37.1"} }
-func (unreachableBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, string) (backend.State, error) {
+func (unreachableBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, backend.Want) (backend.State, error) {
 	return backend.State{}, errors.New("unreachable")
 }
 func (unreachableBackend) Delete(context.Context, *clustersv1alpha1.Cluster) (bool, error) {

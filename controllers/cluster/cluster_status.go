@@ -28,6 +28,11 @@ const (
 	ConditionControllerManagerReady = "ControllerManagerReady"
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
+	// ConditionVersionUpToDate says whether the cluster runs the version the Cluster asks for:
+	// True (VersionCurrent), or False while it is upgraded (Upgrading) or because the change was
+	// refused (VersionChangeRefused: the message says why and what to do; the cluster keeps
+	// running its version).
+	ConditionVersionUpToDate = "VersionUpToDate"
 )
 
 // Reasons of the Cluster conditions and Events. The backend's reasons (backend.Reason*) are used
@@ -56,6 +61,10 @@ const (
 	// ReasonStateRepaired: the backend found part of the cluster's state damaged and made it anew
 	// without loss (Warning Event).
 	ReasonStateRepaired = "StateRepaired"
+	// ReasonVersionCurrent: the cluster runs the version asked for (condition VersionUpToDate).
+	ReasonVersionCurrent = "VersionCurrent"
+	// ReasonUpgraded: an upgrade finished (Event only).
+	ReasonUpgraded = "Upgraded"
 )
 
 func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason, message string) {
@@ -78,7 +87,7 @@ func setNotProvisioned(cl *clustersv1alpha1.Cluster, reason, message string) {
 
 // setState records what the backend observes of cl's cluster: conditions, endpoints and the
 // provider status. It never writes a credential.
-func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backend.State) error {
+func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State) error {
 	if s.Reason == backend.ReasonBackendStarting {
 		setNotProvisioned(cl, s.Reason, s.Message)
 		return nil
@@ -87,8 +96,9 @@ func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backe
 		setCondition(cl, ConditionProvisioned, true, ReasonDataLost, s.DataLost)
 	} else {
 		setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
-			fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, version))
+			fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, s.Runs))
 	}
+	setVersion(cl, s)
 	setCondition(cl, ConditionAPIServerReady, s.Ready, s.Reason, s.Message)
 	if p := s.ControllerManager; p != nil {
 		setCondition(cl, ConditionControllerManagerReady, p.Ready, p.Reason, p.Message)
@@ -116,6 +126,18 @@ func setState(cl *clustersv1alpha1.Cluster, backendName, version string, s backe
 		cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
 	}
 	return nil
+}
+
+// setVersion records whether the cluster runs the version asked for (condition VersionUpToDate).
+func setVersion(cl *clustersv1alpha1.Cluster, s backend.State) {
+	switch c := s.VersionChange; {
+	case c == nil:
+		setCondition(cl, ConditionVersionUpToDate, true, ReasonVersionCurrent, fmt.Sprintf("The cluster runs Kubernetes %s.", s.Runs))
+	case c.Refused:
+		setCondition(cl, ConditionVersionUpToDate, false, backend.ReasonVersionChangeRefused, c.Message)
+	default:
+		setCondition(cl, ConditionVersionUpToDate, false, backend.ReasonUpgrading, c.Message)
+	}
 }
 
 // readyMessage says what serves in a Ready cluster: the API server's condition message, and the

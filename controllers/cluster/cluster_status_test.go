@@ -108,7 +108,7 @@ func TestSetState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
-			require.NoError(t, setState(cl, "local", "1.37.1", tt.state))
+			require.NoError(t, setState(cl, "local", tt.state))
 			finish(cl)
 			assert.Equal(t, tt.wantPhase, cl.Status.Phase)
 			assert.EqualValues(t, 3, cl.Status.ObservedGeneration)
@@ -137,7 +137,7 @@ func TestSetState(t *testing.T) {
 
 func TestSetNotProvisionedKeepsControllerManagerFalse(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
-	require.NoError(t, setState(cl, "local", "1.37.1", backend.State{Ready: true, Reason: backend.ReasonRunning,
+	require.NoError(t, setState(cl, "local", backend.State{Runs: "1.37.1", Ready: true, Reason: backend.ReasonRunning,
 		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}))
 	setNotProvisioned(cl, backend.ReasonBackendStarting, "adopting")
 	finish(cl)
@@ -162,6 +162,35 @@ func TestSetNotProvisionedAndDeletion(t *testing.T) {
 	d := condition(t, cl, ConditionDeleted)
 	assert.Equal(t, ReasonWaitingForFinalizers, d.Reason)
 	assert.Contains(t, d.Message, "a/x, b/y")
+}
+
+func TestSetVersion(t *testing.T) {
+	tests := []struct {
+		name       string
+		change     *backend.VersionChange
+		wantStatus metav1.ConditionStatus
+		wantReason string
+		wantMsg    string
+	}{
+		{"runs what is asked", nil, metav1.ConditionTrue, ReasonVersionCurrent, "The cluster runs Kubernetes 1.37.1."},
+		{"upgrading", &backend.VersionChange{From: "1.36.3", To: "1.37.1", Message: "Upgrading from 1.36.3 to 1.37.1."},
+			metav1.ConditionFalse, backend.ReasonUpgrading, "Upgrading from 1.36.3 to 1.37.1."},
+		{"refused", backend.Refuse("1.37.1", "1.36.3", "downgrade from 1.37.1 to 1.36.3 is refused"),
+			metav1.ConditionFalse, backend.ReasonVersionChangeRefused, "downgrade from 1.37.1 to 1.36.3 is refused"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+			require.NoError(t, setState(cl, "local", backend.State{Ready: true, Reason: backend.ReasonRunning, Runs: "1.37.1", VersionChange: tt.change}))
+			c := condition(t, cl, ConditionVersionUpToDate)
+			assert.Equal(t, tt.wantStatus, c.Status)
+			assert.Equal(t, tt.wantReason, c.Reason)
+			assert.Equal(t, tt.wantMsg, c.Message)
+			// The cluster keeps serving whatever happens to its version.
+			assert.Equal(t, metav1.ConditionTrue, condition(t, cl, ConditionAPIServerReady).Status)
+			assert.Contains(t, condition(t, cl, ConditionProvisioned).Message, "Kubernetes 1.37.1")
+		})
+	}
 }
 
 func TestTransition(t *testing.T) {

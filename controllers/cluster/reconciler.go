@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -101,11 +102,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 				"The ProviderConfig of profile %s asks for backend %q, which does not run in this operator; nothing is provisioned.", r.Profile, r.BackendName))
 		})
 	}
-	version, err := r.Offer.Choose(cl.Spec.Kubernetes.Version)
-	if err != nil {
-		return r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, kit.ReasonOf(err, backend.ReasonVersionNotSupported), err.Error()) })
-	}
-	state, err := r.Backend.Ensure(ctx, cl, version)
+	state, err := r.Backend.Ensure(ctx, cl, backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version))
 	if err != nil {
 		reason := kit.ReasonOf(err, ReasonProvisioningFailed)
 		_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, reason, err.Error()) })
@@ -123,7 +120,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 		return reconcile.Result{}, err
 	}
 	var setErr error
-	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setErr = setState(cl, r.BackendName, version, state) })
+	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setErr = setState(cl, r.BackendName, state) })
 	return reconcile.Result{RequeueAfter: state.RetryAfter}, errors.Join(setErr, err)
 }
 
@@ -149,6 +146,18 @@ func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condit
 			r.Event(cl, "Normal", ReasonProvisioned, "Provision", "%s", c.Message)
 		case c.Reason != backend.ReasonBackendStarting:
 			r.Event(cl, "Warning", c.Reason, "Provision", "%s", c.Message)
+		}
+	}
+	if changed, c := transition(before, cl.Status.Conditions, ConditionVersionUpToDate); changed {
+		switch c.Reason {
+		case backend.ReasonVersionChangeRefused:
+			r.Event(cl, "Warning", c.Reason, "Upgrade", "%s", c.Message)
+		case backend.ReasonUpgrading:
+			r.Event(cl, "Normal", c.Reason, "Upgrade", "%s", c.Message)
+		case ReasonVersionCurrent:
+			if b := meta.FindStatusCondition(before, ConditionVersionUpToDate); b != nil && b.Reason == backend.ReasonUpgrading {
+				r.Event(cl, "Normal", ReasonUpgraded, "Upgrade", "%s", c.Message)
+			}
 		}
 	}
 	for _, condType := range []string{ConditionAPIServerReady, ConditionControllerManagerReady} {
