@@ -185,6 +185,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		if change, err = b.upgradeRefusal(ctx, h, cl, change); err != nil {
 			return backend.State{}, err
 		}
+		if change.Refused {
+			version = change.From // the control plane stays as it runs
+		}
 	}
 	upgradeFrom := ps.UpgradeFrom
 	if change != nil && !change.Refused {

@@ -103,7 +103,13 @@ func newCluster(name string) *clustersv1alpha1.Cluster {
 // ensure calls Ensure and records its provider status in cl, as the Cluster reconciler does.
 func (h *harness) ensure(t *testing.T, cl *clustersv1alpha1.Cluster) backend.State {
 	t.Helper()
-	s, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	return h.ensureWant(t, cl, backend.Want{Version: "1.37.1"})
+}
+
+// ensureWant is ensure with the version cl asks for.
+func (h *harness) ensureWant(t *testing.T, cl *clustersv1alpha1.Cluster, want backend.Want) backend.State {
+	t.Helper()
+	s, err := h.b.Ensure(t.Context(), cl, want)
 	require.NoError(t, err)
 	raw, err := json.Marshal(s.ProviderStatus)
 	require.NoError(t, err)
@@ -372,4 +378,64 @@ func TestSeed(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, gone)
 	assert.NotNil(t, get(t, &corev1.Namespace{}, "", ns).DeletionTimestamp)
+}
+
+// TestEnsureVersionChange: the version contract on the hosted backend. A control plane keeps its
+// version when the default moves; a named next minor rolls etcd (on a claim) to the new image
+// and says Upgrading; a downgrade is refused; a control plane whose etcd is on an emptyDir
+// refuses any change and keeps its workloads as they are.
+func TestEnsureVersionChange(t *testing.T) {
+	const image136 = "cluster-provider/controlplane:v1.36.3"
+	h := startBackend(t)
+	h.pc.Spec.Hosted.Images["1.36.3"] = image136
+	old := backend.Want{Version: "1.36.3", Requested: "1.36.3"}
+	next := backend.Want{Version: "1.37.1", Requested: "1.37.1"}
+	etcdImage := func(cl *clustersv1alpha1.Cluster) string {
+		return get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).Spec.Template.Spec.Containers[0].Image
+	}
+
+	t.Run("emptyDir: refused, nothing changes", func(t *testing.T) {
+		cl := newCluster("upgrade-emptydir")
+		h.ensureWant(t, cl, old)
+		h.etcdUp(t, cl)
+		sts := get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd)
+		s := h.ensureWant(t, cl, next)
+		require.NotNil(t, s.VersionChange)
+		assert.True(t, s.VersionChange.Refused)
+		assert.Contains(t, s.VersionChange.Message, "upgrade from 1.36.3 to 1.37.1 is refused: this control plane's etcd keeps its data on an emptyDir")
+		assert.Equal(t, "1.36.3", s.Runs)
+		assert.Equal(t, sts.ResourceVersion, get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).ResourceVersion, "etcd is not touched")
+		assert.Equal(t, "1.36.3", recorded(cl).Version)
+	})
+
+	t.Run("on a claim: upgrades, and a downgrade is refused", func(t *testing.T) {
+		h.pc.Spec.Hosted.StorageClassName = "standard"
+		defer func() { h.pc.Spec.Hosted.StorageClassName = "" }()
+		cl := newCluster("upgrade-claim")
+		h.ensureWant(t, cl, old)
+		h.etcdUp(t, cl)
+		require.Equal(t, image136, etcdImage(cl))
+
+		s := h.ensureWant(t, cl, backend.Want{Version: "1.37.1"}) // the default moved; nothing named
+		assert.Nil(t, s.VersionChange)
+		assert.Equal(t, "1.36.3", s.Runs)
+		assert.Equal(t, image136, etcdImage(cl), "a Cluster naming no version keeps its own")
+
+		s = h.ensureWant(t, cl, next)
+		require.NotNil(t, s.VersionChange)
+		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
+		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
+		assert.Equal(t, image1, etcdImage(cl), "etcd rolls first, on its claim")
+		assert.Equal(t, "1.37.1", recorded(cl).Version)
+		assert.Equal(t, "1.36.3", recorded(cl).UpgradeFrom)
+		s = h.ensureWant(t, cl, next)
+		require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
+		assert.False(t, s.VersionChange.Refused)
+
+		s = h.ensureWant(t, cl, old)
+		require.NotNil(t, s.VersionChange)
+		assert.True(t, s.VersionChange.Refused)
+		assert.Contains(t, s.VersionChange.Message, "downgrade from 1.37.1 to 1.36.3 is refused")
+		assert.Equal(t, image1, etcdImage(cl))
+	})
 }

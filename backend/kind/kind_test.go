@@ -269,3 +269,35 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// TestEnsureVersionContract: a kind cluster records the version it was created with, keeps it
+// when the default moves, and refuses any change (kind cannot change a node's version), running
+// on as it was.
+func TestEnsureVersionContract(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{})}
+	close(f.release)
+	notified := make(chan backend.Ref, 1)
+	b := newTestBackend(t, f, notified)
+	cl := testCluster("0b7e2f4c-5a1d-4c1e-9d8f-2a3b4c5d6e7f")
+	_, err := b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	require.NoError(t, err)
+	select {
+	case <-notified:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notification when the creation ended")
+	}
+
+	s, err := b.Ensure(t.Context(), cl, backend.Want{Version: "1.38.0"}) // the default moved
+	require.NoError(t, err)
+	assert.Equal(t, "1.37.1", s.Runs)
+	assert.Nil(t, s.VersionChange)
+
+	s, err = b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.2", Requested: "1.37.2"})
+	require.NoError(t, err)
+	assert.True(t, s.Ready, "the cluster keeps serving")
+	assert.Equal(t, "1.37.1", s.Runs)
+	require.NotNil(t, s.VersionChange)
+	assert.True(t, s.VersionChange.Refused)
+	assert.Contains(t, s.VersionChange.Message, "change from 1.37.1 to 1.37.2 is refused: kind cannot change the Kubernetes version of a cluster's node")
+	assert.Equal(t, []string{"cp-0b7e2f4c5a1d4c1e9d8f"}, f.creates, "created once, never again")
+}

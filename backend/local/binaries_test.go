@@ -298,9 +298,9 @@ func TestLoadBinariesRelativeFolder(t *testing.T) {
 func TestParseEtcdVersion(t *testing.T) {
 	for out, want := range map[string]string{
 		"etcd Version: 3.6.6\nGit SHA: v3.6.6\nGo Version: go1.26.8\n": "3.6.6",
-		"etcd Version: 3.7.0\n":                                        "3.7.0",
-		"etcd\n":                                                       "",
-		"etcd Version: banana\n":                                       "",
+		"etcd Version: 3.7.0\n":  "3.7.0",
+		"etcd\n":                 "",
+		"etcd Version: banana\n": "",
 	} {
 		assert.Equal(t, want, parseEtcdVersion(out), out)
 	}

@@ -79,7 +79,7 @@ type Backend struct {
 	waiting map[types.UID]backend.Ref
 	// upgrades are the clusters moving to another version, until their new API server serves.
 	upgrades map[types.UID]*upgrade
-	ports   portAllocator
+	ports    portAllocator
 }
 
 var (
@@ -279,6 +279,11 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	repaired := ""
 	var change *backend.VersionChange
 	if in == nil {
+		if _, err := os.Stat(filepath.Join(b.dir(cl.UID), metaFile)); want.NotOffered != nil && errors.Is(err, os.ErrNotExist) {
+			if _, ran := localStatus(cl); !ran {
+				return backend.State{}, want.NotOffered // never made: nothing to keep running
+			}
+		}
 		if n := len(b.instances); n >= b.opts.MaxClusters {
 			b.waiting[cl.UID] = backend.RefOf(cl) // started once a cluster is deleted
 			return backend.State{}, backend.Errorf(backend.ReasonCapacityExhausted,

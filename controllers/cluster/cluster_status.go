@@ -163,9 +163,11 @@ func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
 	setCondition(cl, ConditionDeleted, false, ReasonDeleting, fmt.Sprintf("The %s backend deletes the cluster.", backendName))
 }
 
-// finish sets observedGeneration and the phase.
+// finish sets observedGeneration and the phase. VersionUpToDate does not count: a cluster whose
+// version change was refused keeps serving its version and stays Ready (its requests are granted);
+// one that upgrades is not Ready anyway while its API server restarts.
 func finish(cl *clustersv1alpha1.Cluster) {
-	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero())
+	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(), ConditionVersionUpToDate)
 }
 
 // transition describes how a condition changed between two statuses: "" if its status and

@@ -181,13 +181,16 @@ func TestSetVersion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
-			require.NoError(t, setState(cl, "local", backend.State{Ready: true, Reason: backend.ReasonRunning, Runs: "1.37.1", VersionChange: tt.change}))
+			require.NoError(t, setState(cl, "local", backend.State{Ready: true, Reason: backend.ReasonRunning, Runs: "1.37.1", VersionChange: tt.change,
+				ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}))
 			c := condition(t, cl, ConditionVersionUpToDate)
 			assert.Equal(t, tt.wantStatus, c.Status)
 			assert.Equal(t, tt.wantReason, c.Reason)
 			assert.Equal(t, tt.wantMsg, c.Message)
-			// The cluster keeps serving whatever happens to its version.
+			// The cluster keeps serving whatever happens to its version, and its phase says so.
 			assert.Equal(t, metav1.ConditionTrue, condition(t, cl, ConditionAPIServerReady).Status)
+			finish(cl)
+			assert.Equal(t, common.PhaseReady, cl.Status.Phase)
 			assert.Contains(t, condition(t, cl, ConditionProvisioned).Message, "Kubernetes 1.37.1")
 		})
 	}

@@ -179,6 +179,35 @@ func TestClusterLifecycle(t *testing.T) {
 		gone(t, old)
 	})
 
+	t.Run("a version change is refused: the cluster keeps serving, a condition and an Event say why", func(t *testing.T) {
+		cur := &clustersv1alpha1.Cluster{}
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
+		cur.Spec.Kubernetes.Version = "1.36.3" // a downgrade, and not offered by this profile
+		require.NoError(t, env.Client.Update(ctx, cur))
+		got := waitCluster(t, client.ObjectKeyFromObject(cl), "VersionChangeRefused", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
+			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionFalse, backend.ReasonVersionChangeRefused)
+		})
+		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionVersionUpToDate).Message,
+			"spec.kubernetes.version 1.36.3 is not offered by this profile; offered are: 1.37.1")
+		assert.Equal(t, common.PhaseReady, got.Status.Phase, "the cluster serves: Ready, its requests granted")
+		assert.Equal(t, "1.37.1", got.Labels[clustersv1alpha1.K8sVersionLabel], "the label says what runs")
+		hasCondition(t, got, cluster.ConditionProvisioned, metav1.ConditionTrue, cluster.ReasonProvisioned)
+		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "Kubernetes 1.37.1")
+		e := env.AwaitEvent(t, cl, backend.ReasonVersionChangeRefused)
+		assert.Contains(t, e.Note, "the cluster keeps running 1.37.1")
+		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the same processes run")
+
+		// Back to what it runs: up to date again.
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
+		cur.Spec.Kubernetes.Version = ""
+		require.NoError(t, env.Client.Update(ctx, cur))
+		waitCluster(t, client.ObjectKeyFromObject(cl), "VersionUpToDate again", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
+			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionTrue, cluster.ReasonVersionCurrent)
+		})
+	})
+
 	t.Run("capacity", func(t *testing.T) {
 		c2 := newCluster(t, ns, "c2", profileName, "")
 		got := waitCluster(t, client.ObjectKeyFromObject(c2), "CapacityExhausted", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {

@@ -106,6 +106,15 @@ func TestReconciledPhase(t *testing.T) {
 			assert.EqualValues(t, 7, s.ObservedGeneration)
 		})
 	}
+	t.Run("an informational condition does not count", func(t *testing.T) {
+		s := &common.Status{}
+		SetCondition(s, 1, "Serving", metav1.ConditionTrue, "R", "m")
+		SetCondition(s, 1, "VersionUpToDate", metav1.ConditionFalse, "Refused", "m")
+		ReconciledPhase(s, 1, false, "VersionUpToDate")
+		assert.Equal(t, common.PhaseReady, s.Phase)
+		ReconciledPhase(s, 1, false)
+		assert.Equal(t, common.PhaseProgressing, s.Phase)
+	})
 }
 
 func TestSetConditionKeepsOthersAndTransitionTime(t *testing.T) {

@@ -3,6 +3,7 @@ package kit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,21 +30,25 @@ func SetCondition(s *common.Status, generation int64, condType string, status me
 
 // ReconciledPhase sets observedGeneration and derives the phase as controller-guidelines.md
 // asks: Terminating while deleting, Ready if every condition is True, Progressing otherwise.
-func ReconciledPhase(s *common.Status, generation int64, deleting bool) {
+//
+// Conditions of the types in informational do not count: they say something worth knowing about
+// a resource that works as it is (the guidelines' "good reason"), as a refused version change of
+// a Cluster that keeps serving its version.
+func ReconciledPhase(s *common.Status, generation int64, deleting bool, informational ...string) {
 	s.ObservedGeneration = generation
 	switch {
 	case deleting:
 		s.Phase = common.PhaseTerminating
-	case allTrue(s.Conditions):
+	case allTrue(s.Conditions, informational):
 		s.Phase = common.PhaseReady
 	default:
 		s.Phase = common.PhaseProgressing
 	}
 }
 
-func allTrue(conds []metav1.Condition) bool {
+func allTrue(conds []metav1.Condition, informational []string) bool {
 	for _, c := range conds {
-		if c.Status != metav1.ConditionTrue {
+		if c.Status != metav1.ConditionTrue && !slices.Contains(informational, c.Type) {
 			return false
 		}
 	}
