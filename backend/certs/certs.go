@@ -30,11 +30,34 @@ const (
 	RenewBefore  = 30 * 24 * time.Hour
 )
 
+// Lifetime is how long the leaves a CA issues are valid and how long before their end they are
+// issued anew. Zero fields take LeafValidity and RenewBefore; tests make them short to watch a
+// renewal happen.
+type Lifetime struct {
+	Validity, RenewBefore time.Duration
+}
+
+// Or returns l with its zero fields set to the defaults.
+func (l Lifetime) Or() Lifetime {
+	if l.Validity <= 0 {
+		l.Validity = LeafValidity
+	}
+	if l.RenewBefore <= 0 {
+		l.RenewBefore = RenewBefore
+	}
+	return l
+}
+
+// RenewAt is when a certificate that ends at notAfter is issued anew.
+func (l Lifetime) RenewAt(notAfter time.Time) time.Time { return notAfter.Add(-l.Or().RenewBefore) }
+
 // CA is a certificate authority: its certificate and key, parsed and as PEM.
 type CA struct {
 	Cert            *x509.Certificate
 	Key             crypto.Signer
 	CertPEM, KeyPEM []byte
+	// Lifetime of the leaves it issues and keeps.
+	Lifetime Lifetime
 }
 
 // NewCA makes a self-signed CA named commonName.
@@ -92,7 +115,7 @@ type Leaf struct {
 	Usages []x509.ExtKeyUsage
 }
 
-// Issue signs a new certificate for l with a fresh key, valid LeafValidity.
+// Issue signs a new certificate for l with a fresh key, valid for the CA's Lifetime.
 func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -103,7 +126,7 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(LeafValidity),
+		NotAfter:     now.Add(ca.Lifetime.Or().Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  l.Usages,
 	}
@@ -132,8 +155,8 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 }
 
 // Keep reports whether the pair certPEM/keyPEM can stay: it reads, the key belongs to the
-// certificate, ca signed it, it is valid for longer than RenewBefore, and it names l's subject
-// and every one of l's hosts.
+// certificate, ca signed it, its renewal time (the Lifetime's RenewBefore its end) has not come,
+// and it names l's subject and every one of l's hosts.
 func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 		return false
@@ -143,7 +166,7 @@ func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 		return false
 	}
 	c := certs[0]
-	if c.CheckSignatureFrom(ca.Cert) != nil || time.Until(c.NotAfter) <= RenewBefore ||
+	if c.CheckSignatureFrom(ca.Cert) != nil || !time.Now().Before(ca.Lifetime.RenewAt(c.NotAfter)) ||
 		c.Subject.CommonName != l.CommonName || !slices.Equal(c.Subject.Organization, l.Organization) {
 		return false
 	}
@@ -153,6 +176,15 @@ func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 		}
 	}
 	return true
+}
+
+// NotAfter is when the first certificate of certPEM ends.
+func NotAfter(certPEM []byte) (time.Time, error) {
+	certs, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return certs[0].NotAfter, nil
 }
 
 // NewServiceAccountKey returns a new key pair for signing service-account tokens, as PEM.

@@ -26,6 +26,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 )
 
@@ -57,6 +58,9 @@ type Options struct {
 	Notify backend.Notify
 	// Probe checks that the API server behind cfg serves. Default: GET /readyz.
 	Probe func(ctx context.Context, cfg *rest.Config) error
+	// Certificates is the lifetime of the control planes' leaf certificates. Default: a year,
+	// issued anew 30 days before their end (certs.LeafValidity, certs.RenewBefore).
+	Certificates certs.Lifetime
 	// Logger. Default: discard.
 	Logger logr.Logger
 }
@@ -65,11 +69,10 @@ type Options struct {
 type Backend struct {
 	opts Options
 
-	mu      sync.Mutex
-	ctx     context.Context // set by Start; nil before
-	hosts   map[string]*host
-	pkiDone map[types.UID]string // the serving hosts the PKI was last ensured for
-	admin   map[types.UID]*rest.Config
+	mu    sync.Mutex
+	ctx   context.Context // set by Start; nil before
+	hosts map[string]*host
+	admin map[types.UID]*rest.Config
 }
 
 var (
@@ -98,7 +101,8 @@ func New(opts Options) (*Backend, error) {
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
 	}
-	return &Backend{opts: opts, hosts: map[string]*host{}, pkiDone: map[types.UID]string{}, admin: map[types.UID]*rest.Config{}}, nil
+	opts.Certificates = opts.Certificates.Or()
+	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}}, nil
 }
 
 // Name returns "hosted".
@@ -219,21 +223,17 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err != nil {
 		return backend.State{}, err
 	}
-	hosts := ServingHosts(s.Namespace, s.ServiceCIDR, []string{ps.ExternalHost})
-	key := hashOf(hosts)
-	b.mu.Lock()
-	done := b.pkiDone[cl.UID] == key
-	b.mu.Unlock()
-	if !done {
-		p, err := ensurePKI(ctx, h.client, s, hosts)
-		if err != nil {
-			return backend.State{}, err
-		}
-		cfg := adminConfig(h, s.Namespace, external, p)
-		b.mu.Lock()
-		b.pkiDone[cl.UID], b.admin[cl.UID] = key, cfg
-		b.mu.Unlock()
+	// Every reconcile: a certificate due for renewal, or a deleted leaf Secret, is made anew now.
+	p, err := ensurePKI(ctx, h.client, s, ServingHosts(s.Namespace, s.ServiceCIDR, []string{ps.ExternalHost}), b.opts.Certificates)
+	if err != nil {
+		return backend.State{}, err
 	}
+	backend.RecordCertificates(backend.RefOf(cl), p.NotAfter)
+	s.Certificates = p.Checksum
+	cfg := adminConfig(h, s.Namespace, external, p)
+	b.mu.Lock()
+	b.admin[cl.UID] = cfg
+	b.mu.Unlock()
 	if err := h.applyWorkload(ctx, s.EtcdStatefulSet()); err != nil {
 		return backend.State{}, err
 	}
@@ -252,6 +252,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		return st, err
 	}
 	st.Runs = ps.Version
+	if renew := max(time.Until(p.RenewAt), time.Second); st.RetryAfter == 0 || renew < st.RetryAfter {
+		st.RetryAfter = renew // back in time to renew the first certificate due
+	}
 	switch {
 	case change != nil && change.Refused:
 		st.VersionChange = change
@@ -551,7 +554,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	name := NamespaceFor(cl.UID)
 	ns := &corev1.Namespace{}
 	if err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
-		b.forget(cl.UID)
+		b.forget(cl)
 		return true, nil
 	} else if err != nil {
 		return false, err
@@ -568,11 +571,11 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	return false, nil
 }
 
-func (b *Backend) forget(uid types.UID) {
+func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	b.mu.Lock()
-	delete(b.pkiDone, uid)
-	delete(b.admin, uid)
+	delete(b.admin, cl.UID)
 	b.mu.Unlock()
+	backend.ForgetCertificates(backend.RefOf(cl))
 }
 
 // AdminConfig returns the operator's rest.Config for cl's API server.

@@ -28,6 +28,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -49,6 +50,12 @@ type harness struct {
 }
 
 func startBackend(t *testing.T) *harness {
+	t.Helper()
+	return startBackendLifetime(t, certs.Lifetime{})
+}
+
+// startBackendLifetime is startBackend with the leaf certificates' lifetime.
+func startBackendLifetime(t *testing.T, life certs.Lifetime) *harness {
 	t.Helper()
 	h := &harness{notified: make(chan backend.Ref, 1000), pc: &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "hosted"},
@@ -76,7 +83,8 @@ func startBackend(t *testing.T) *harness {
 			}
 			return rest.CopyConfig(env.Config), nil
 		},
-		InCluster: true,
+		InCluster:    true,
+		Certificates: life,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -438,4 +446,53 @@ func TestEnsureVersionChange(t *testing.T) {
 		assert.Contains(t, s.VersionChange.Message, "downgrade from 1.37.1 to 1.36.3 is refused")
 		assert.Equal(t, image1, etcdImage(cl))
 	})
+}
+
+// TestCertificatesRenewed: with leaves valid 10 minutes and renewed 2 s after they were issued,
+// the backend asks to come back in time, issues the due leaves anew from the same CA at a later
+// reconcile (no restart of the operator), rolls the API server's Deployment by the checksum in
+// its pod template, keeps the expiry gauge current, and makes a deleted leaf Secret again.
+func TestCertificatesRenewed(t *testing.T) {
+	h := startBackendLifetime(t, certs.Lifetime{Validity: 10 * time.Minute, RenewBefore: 10*time.Minute - 2*time.Second})
+	cl := newCluster("renew")
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	ns := NamespaceFor(cl.UID)
+	ca := get(t, &corev1.Secret{}, ns, SecretCA)
+	serving := get(t, &corev1.Secret{}, ns, SecretServing)
+	sum := get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates]
+	require.NotEmpty(t, sum)
+	first, err := certs.NotAfter(serving.Data["tls.crt"])
+	require.NoError(t, err)
+	assert.InDelta(t, float64(first.Unix()), backend.CertificateExpiry(backend.RefOf(cl), SecretServing), 1)
+
+	s := h.ensure(t, cl)
+	assert.Greater(t, s.RetryAfter, time.Duration(0))
+	assert.LessOrEqual(t, s.RetryAfter, 3*time.Second, "back when the first certificate is due, not later")
+
+	require.Eventually(t, func() bool {
+		h.ensure(t, cl)
+		return get(t, &corev1.Secret{}, ns, SecretServing).ResourceVersion != serving.ResourceVersion
+	}, 30*time.Second, 200*time.Millisecond, "the serving certificate is issued anew")
+	renewed := get(t, &corev1.Secret{}, ns, SecretServing)
+	later, err := certs.NotAfter(renewed.Data["tls.crt"])
+	require.NoError(t, err)
+	assert.True(t, later.After(first), "the new certificate ends later")
+	caNow := get(t, &corev1.Secret{}, ns, SecretCA)
+	assert.Equal(t, ca.ResourceVersion, caNow.ResourceVersion, "the CA is kept: every kubeconfig stays valid")
+	parsed, err := certs.ParseCA(caNow.Data["ca.crt"], caNow.Data["ca.key"])
+	require.NoError(t, err)
+	parsed.Lifetime = certs.Lifetime{Validity: 10 * time.Minute, RenewBefore: time.Second}
+	assert.True(t, parsed.Keep(renewed.Data["tls.crt"], renewed.Data["tls.key"], certs.Leaf{CommonName: "kube-apiserver"}), "signed by the same CA")
+	require.Eventually(t, func() bool {
+		h.ensure(t, cl)
+		return get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates] != sum
+	}, 10*time.Second, 100*time.Millisecond, "the API server's pods roll with the new certificates")
+	assert.Greater(t, backend.CertificateExpiry(backend.RefOf(cl), SecretServing), float64(first.Unix()), "the gauge follows")
+
+	// A deleted leaf Secret is made again at the next reconcile.
+	require.NoError(t, env.Client.Delete(t.Context(), get(t, &corev1.Secret{}, ns, SecretEtcdClient)))
+	h.ensure(t, cl)
+	got := get(t, &corev1.Secret{}, ns, SecretEtcdClient)
+	assert.NotEmpty(t, got.Data["tls.crt"])
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,14 +30,41 @@ type pki struct {
 	ca, etcdCA *certs.CA
 	// Admin authenticates the operator (adminUser in system:masters).
 	AdminCert, AdminKey []byte
+	// NotAfter is when each leaf ends, by its Secret's name.
+	NotAfter map[string]time.Time
+	// RenewAt is when the first of them is due to be issued anew.
+	RenewAt time.Time
+	// Checksum changes when a leaf the API server's pod mounts (serving, etcd client, the
+	// controller manager's kubeconfig) is issued anew: the pod template carries it, so a renewal
+	// rolls the Deployment and every process runs with the new certificate.
+	Checksum string
+}
+
+// leaf records a leaf certificate of Secret name: its end and, if the API server's pod mounts it,
+// its part of the checksum.
+func (p *pki) leaf(name string, certPEM []byte, mounted bool, life certs.Lifetime, sum *[]string) {
+	t, err := certs.NotAfter(certPEM)
+	if err != nil {
+		return
+	}
+	p.NotAfter[name] = t
+	if at := life.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
+		p.RenewAt = at
+	}
+	if mounted {
+		*sum = append(*sum, string(certPEM))
+	}
 }
 
 // ensurePKI makes the control plane's Secrets in s.Namespace: CAs and the service-account key are
 // made once and never replaced (a CA Secret that does not read stops here with StateDamaged: every
 // kubeconfig of the cluster depends on it); a leaf certificate is issued anew only when it is
 // missing, does not verify, is close to its end, or lacks one of servingHosts.
-func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []string) (*pki, error) {
-	p := &pki{}
+//
+// It runs at every reconcile: a leaf due for renewal (life's RenewBefore its end) or deleted is
+// issued anew at the next one, and the returned RenewAt says when to come back at the latest.
+func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []string, life certs.Lifetime) (*pki, error) {
+	p := &pki{NotAfter: map[string]time.Time{}}
 	var err error
 	if p.ca, err = ensureCA(ctx, c, s, SecretCA, "kubernetes"); err != nil {
 		return nil, err
@@ -44,6 +72,8 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	if p.etcdCA, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca"); err != nil {
 		return nil, err
 	}
+	p.ca.Lifetime, p.etcdCA.Lifetime = life, life
+	var sum []string
 	if err := ensureSecret(ctx, c, s, SecretServiceAcct, func(cur map[string][]byte) (map[string][]byte, error) {
 		if len(cur["sa.key"]) > 0 && len(cur["sa.pub"]) > 0 {
 			return nil, nil
@@ -53,25 +83,33 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	}); err != nil {
 		return nil, err
 	}
-	server := certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if _, _, err := ensureLeaf(ctx, c, s, SecretServing, p.ca, server); err != nil {
-		return nil, err
-	}
-	etcdServer := certs.Leaf{CommonName: "etcd", Hosts: EtcdHosts(s.Namespace), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if _, _, err := ensureLeaf(ctx, c, s, SecretEtcdServer, p.etcdCA, etcdServer); err != nil {
-		return nil, err
-	}
-	etcdClient := certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if _, _, err := ensureLeaf(ctx, c, s, SecretEtcdClient, p.etcdCA, etcdClient); err != nil {
-		return nil, err
-	}
-	admin := certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if p.AdminCert, p.AdminKey, err = ensureLeaf(ctx, c, s, SecretAdmin, p.ca, admin); err != nil {
-		return nil, err
+	// The etcd server's certificate is not in the checksum: etcd reads its certificate files at
+	// every TLS handshake, and the kubelet updates the mounted Secret, so it needs no restart.
+	for _, l := range []struct {
+		secret  string
+		ca      *certs.CA
+		leaf    certs.Leaf
+		mounted bool
+	}{
+		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
+		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: EtcdHosts(s.Namespace), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
+		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
+		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
+	} {
+		cert, key, err := ensureLeaf(ctx, c, s, l.secret, l.ca, l.leaf)
+		if err != nil {
+			return nil, err
+		}
+		p.leaf(l.secret, cert, l.mounted, life, &sum)
+		if l.secret == SecretAdmin {
+			p.AdminCert, p.AdminKey = cert, key
+		}
 	}
 	kcm := certs.Leaf{CommonName: kcmUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	var kcmConfig []byte
 	if err := ensureSecret(ctx, c, s, SecretKCMKubeconf, func(cur map[string][]byte) (map[string][]byte, error) {
 		if keepKubeconfig(cur["kubeconfig"], p.ca, kcm) {
+			kcmConfig = cur["kubeconfig"]
 			return nil, nil
 		}
 		cert, key, err := p.ca.Issue(kcm)
@@ -80,10 +118,13 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 		}
 		// The controller manager runs in the API server's pod: it calls it on the loopback.
 		kc, err := kubeconfig(fmt.Sprintf("https://127.0.0.1:%d", PortAPIServer), p.ca.CertPEM, cert, key)
+		kcmConfig = kc
 		return map[string][]byte{"kubeconfig": kc}, err
 	}); err != nil {
 		return nil, err
 	}
+	p.leaf(SecretKCMKubeconf, kubeconfigCert(kcmConfig), true, life, &sum)
+	p.Checksum = hashOf(sum)
 	return p, nil
 }
 
@@ -158,6 +199,15 @@ func ensureSecret(ctx context.Context, c client.Client, s *Spec, name string, up
 		return fmt.Errorf("updating Secret %s/%s: %w", s.Namespace, name, err)
 	}
 	return nil
+}
+
+// kubeconfigCert is the client certificate of a kubeconfig, or nil.
+func kubeconfigCert(data []byte) []byte {
+	cfg, err := clientcmd.Load(data)
+	if err != nil || cfg.AuthInfos["user"] == nil {
+		return nil
+	}
+	return cfg.AuthInfos["user"].ClientCertificateData
 }
 
 // kubeconfig is a kubeconfig for server with a client certificate.

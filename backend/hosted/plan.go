@@ -40,6 +40,8 @@ const (
 	// AnnotationCluster is the Cluster's namespace/name, AnnotationProfile its spec.profile.
 	AnnotationCluster = "hosted.clusters.openmcp.cloud/cluster"
 	AnnotationProfile = "hosted.clusters.openmcp.cloud/profile"
+	// AnnotationCertificates on the API server's pod template is Spec.Certificates.
+	AnnotationCertificates = "hosted.clusters.openmcp.cloud/certificates"
 	// AnnotationInputs on the workloads is the hash of the Spec fields they are made from: the
 	// backend applies a workload only when it is missing or its inputs changed, so a new operator
 	// version whose plan differs never rolls a running control plane.
@@ -119,6 +121,10 @@ type Spec struct {
 	// is named); PrivateIssuers lets it reach them on private addresses too.
 	IssuerPorts    []int32
 	PrivateIssuers bool
+	// Certificates is the checksum of the leaf certificates the API server's pod mounts
+	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
+	// the Deployment, blue/green, and no process keeps a certificate that ends.
+	Certificates string
 }
 
 // ClusterRef names a Cluster resource.
@@ -515,6 +521,10 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			},
 		}}},
 	)
+	podMeta := s.podMeta(ComponentAPIServer)
+	if s.Certificates != "" {
+		podMeta.Annotations[AnnotationCertificates] = s.Certificates
+	}
 	return &appsv1.Deployment{
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
@@ -524,7 +534,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
 			}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentAPIServer), Spec: pod},
+			Template: corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
 		},
 	}
 }

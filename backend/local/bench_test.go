@@ -67,6 +67,13 @@ func startBenchBackend(tb testing.TB, maxClusters int, tuning *Tuning) *benchHar
 	require.NoError(tb, err)
 	bins, err := LoadBinaries(tb.Context(), []string{assets})
 	require.NoError(tb, err)
+	return startBenchBackendWith(tb, bins, maxClusters, tuning)
+}
+
+// startBenchBackendWith is startBenchBackend with the given binaries; new clusters run the newest.
+func startBenchBackendWith(tb testing.TB, bins []Binaries, maxClusters int, tuning *Tuning) *benchHarness {
+	tb.Helper()
+	var err error
 	h := &benchHarness{tb: tb, notified: map[types.NamespacedName]chan struct{}{}, done: make(chan error, 1)}
 	h.b, err = New(Options{
 		Binaries:     bins,
@@ -132,19 +139,25 @@ func (h *benchHarness) wake(n types.NamespacedName) {
 // and to the one that saw the cluster complete. Safe for concurrent use with different Clusters;
 // it reports failures as errors, so that it may run outside the benchmark's goroutine.
 func (h *benchHarness) awaitReady(ctx context.Context, cl *clustersv1alpha1.Cluster) (api, all time.Duration, err error) {
+	return h.awaitWant(ctx, cl, backend.Want{Version: h.version})
+}
+
+// awaitWant is awaitReady with the version cl asks for; complete also means no version change
+// is in progress.
+func (h *benchHarness) awaitWant(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (api, all time.Duration, err error) {
 	ch := h.channel(types.NamespacedName{Namespace: cl.Namespace, Name: cl.Name}) // before the first Ensure: no notification is lost
 	deadline := time.NewTimer(benchReadyWithin)
 	defer deadline.Stop()
 	start := time.Now()
 	for {
-		s, err := h.b.Ensure(ctx, cl, backend.Want{Version: h.version})
+		s, err := h.b.Ensure(ctx, cl, want)
 		if err != nil {
 			return 0, 0, fmt.Errorf("%s: Ensure: %w", cl.Name, err)
 		}
 		if s.Ready && api == 0 {
 			api = time.Since(start)
 		}
-		if complete(s) {
+		if complete(s) && s.VersionChange == nil {
 			return api, time.Since(start), nil
 		}
 		retry := time.NewTimer(s.RetryAfter + time.Second)

@@ -2,8 +2,10 @@ package local
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -250,4 +252,54 @@ func TestCheckChangeLocal(t *testing.T) {
 		})
 	}
 	assert.Nil(t, b.checkChangeLocked(nil))
+}
+
+// BenchmarkUpgrade upgrades a local cluster in place from the previous Kubernetes minor to the
+// current one, once per iteration, while a client holding an issued token reads a ConfigMap every
+// 100 ms: ready-s is the time from the change to the cluster complete at the new version (goal
+// ≤ 15 s), gap-s the longest time the client got no answer, failed the requests that failed.
+// The data is read back after each upgrade.
+func BenchmarkUpgrade(b *testing.B) {
+	prev, cur := upgradeBinaries(b)
+	h := startBenchBackendWith(b, []Binaries{prev, cur}, 1, nil)
+	ctx := b.Context()
+	var ready, gaps []float64
+	failedTotal := 0
+	for i := range b.N {
+		cl := newCluster(fmt.Sprintf("upgrade-%d", i))
+		_, _, err := h.awaitWant(ctx, cl, backend.Want{Version: prev.Version, Requested: prev.Version})
+		require.NoError(b, err)
+		admin, err := h.b.AdminConfig(ctx, cl)
+		require.NoError(b, err)
+		_, err = kubernetes.NewForConfigOrDie(admin).CoreV1().ConfigMaps("default").Create(ctx,
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{})
+		require.NoError(b, err)
+		user := kubernetes.NewForConfigOrDie(issuedConfig(b, admin))
+		read := func(ctx context.Context) error {
+			_, err := user.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+			return err
+		}
+		poll := startPoller(read, 100*time.Millisecond)
+
+		b.ResetTimer()
+		_, all, err := h.awaitWant(ctx, cl, backend.Want{Version: cur.Version, Requested: cur.Version})
+		b.StopTimer()
+		require.NoError(b, err)
+		done := time.Now()
+		require.Eventually(b, func() bool {
+			poll.mu.Lock()
+			defer poll.mu.Unlock()
+			return poll.lastOK.After(done)
+		}, 30*time.Second, 50*time.Millisecond, "the issued token works after the upgrade")
+		_, failed, gap := poll.end()
+		require.NoError(b, read(ctx), "the data is back")
+		ready = append(ready, all.Seconds())
+		gaps = append(gaps, gap.Seconds())
+		failedTotal += failed
+		_, err = h.b.Delete(ctx, cl)
+		require.NoError(b, err)
+	}
+	b.ReportMetric(mean(ready), "ready-s")
+	b.ReportMetric(slices.Max(gaps), "gap-s")
+	b.ReportMetric(float64(failedTotal)/float64(b.N), "failed/op")
 }
