@@ -2,10 +2,13 @@ package local
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/openmcp-local/cluster-provider/backend"
@@ -92,17 +96,11 @@ type part struct {
 }
 
 func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instance, error) {
-	cfg := adminConfig(endpoint(b.opts.AdvertiseHost, m.Ports.APIServer), p)
-	transport, err := rest.TransportFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("the admin transport: %w", err)
-	}
 	etcd := etcdClient(filepath.Join(dir, etcdSocket))
 	starting := backend.Part{Reason: backend.ReasonStarting}
 	in := &instance{
 		b: b, dir: dir, bins: bins, pki: p, meta: m,
 		log:     b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID),
-		probe:   &http.Client{Transport: transport, Timeout: probeTimeout},
 		etcd:    etcd,
 		api:     part{Part: starting},
 		kcm:     part{Part: starting},
@@ -111,6 +109,23 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 		done:    make(chan struct{}),
 		recheck: make(chan struct{}, 1),
 	}
+	// The probe presents the admin certificate of the moment: a renewal (renewIfDue) needs no
+	// new client.
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(p.CAPEM) {
+		return nil, errors.New("the cluster CA does not read")
+	}
+	in.probe = &http.Client{Timeout: probeTimeout, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				in.mu.Lock()
+				certPEM, keyPEM := in.pki.AdminCertPEM, in.pki.AdminKeyPEM
+				in.mu.Unlock()
+				pair, err := tls.X509KeyPair(certPEM, keyPEM)
+				return &pair, err
+			}},
+		IdleConnTimeout: 90 * time.Second,
+	}}
 	in.api.Message = "etcd and kube-apiserver " + bins.Version + " are starting."
 	in.kcm.Message = "kube-controller-manager " + bins.Version + " starts once the API server answers."
 	return in, nil
@@ -130,6 +145,7 @@ func adminConfig(host string, p *pki) *rest.Config {
 
 // start runs the processes until stop.
 func (in *instance) start() {
+	in.recordCertificates()
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
 	go in.run(ctx)
@@ -257,13 +273,51 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 	in.mu.Lock()
 	p := in.meta.Ports
 	in.mu.Unlock()
-	if err := writeKubeconfig(filepath.Join(in.dir, kcmKubeconfig), endpoint(in.b.opts.AdvertiseHost, p.APIServer),
-		in.pki.CAPEM, in.pki.KCMCertPEM, in.pki.KCMKeyPEM); err != nil {
+	in.mu.Lock()
+	ca, cert, key := in.pki.CAPEM, in.pki.KCMCertPEM, in.pki.KCMKeyPEM
+	in.mu.Unlock()
+	if err := writeKubeconfig(filepath.Join(in.dir, kcmKubeconfig), endpoint(in.b.opts.AdvertiseHost, p.APIServer), ca, cert, key); err != nil {
 		return nil, fmt.Errorf("writing its kubeconfig: %w", err)
 	}
 	t := in.b.opts.Tuning
 	return startProcess(in.bins.ControllerManager(), controllerManagerArgs(in.dir, in.meta.serviceCIDR(), p, *t),
 		t.env(t.ControllerManagerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, kcmLogFile))
+}
+
+// renewIfDue issues the cluster's leaf certificates anew once the first is due (the lifetime's
+// RenewBefore its end), from the same CA, while the cluster runs: kube-apiserver reloads its
+// serving certificate by itself (it watches the files), the operator's probe and AdminConfig use
+// the new admin certificate from then on, and the controller manager is restarted to read its new
+// client and serving certificates (the API server keeps serving). Issued kubeconfigs stay valid:
+// the CA does not change. A failure is logged and tried again at the next health check.
+func (in *instance) renewIfDue() {
+	in.mu.Lock()
+	due := !time.Now().Before(in.pki.RenewAt)
+	m := in.meta
+	in.mu.Unlock()
+	if !due {
+		return
+	}
+	p, err := in.b.loadPKI(in.dir, m)
+	if err != nil {
+		in.log.Error(err, "Renewing the cluster's certificates failed; trying again at the next health check")
+		return
+	}
+	in.mu.Lock()
+	in.pki = p
+	in.mu.Unlock()
+	in.recordCertificates()
+	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339))
+	in.restart(procControllerManager)
+}
+
+// recordCertificates sets the expiry gauges of the cluster's certificates.
+func (in *instance) recordCertificates() {
+	in.mu.Lock()
+	ref := backend.Ref{NamespacedName: types.NamespacedName{Namespace: in.meta.Namespace, Name: in.meta.Name}, Profile: in.meta.Profile}
+	notAfter := maps.Clone(in.pki.NotAfter)
+	in.mu.Unlock()
+	backend.RecordCertificates(ref, notAfter)
 }
 
 // restartControllerManager stops the running controller manager; its supervisor starts it again
@@ -368,6 +422,7 @@ func (in *instance) watchReady(ctx context.Context) {
 			return
 		case <-in.recheck:
 		case <-tick.C:
+			in.renewIfDue()
 			// A Ready part whose process is alive but answers nothing (hung, or SIGSTOPped) is
 			// restarted after healthFailures missed checks in a row, as a liveness probe would.
 			for name, check := range alive {

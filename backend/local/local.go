@@ -21,6 +21,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -54,6 +55,9 @@ type Options struct {
 	// StateRetry is how soon a cluster whose folder is damaged (StateDamaged) or cannot be written
 	// (StateDirFull) is tried again. Default 30s.
 	StateRetry time.Duration
+	// Certificates is the lifetime of the clusters' leaf certificates. Default: a year, issued
+	// anew 30 days before their end.
+	Certificates certs.Lifetime
 	// Notify is told when a cluster's state changes by itself. Optional.
 	Notify backend.Notify
 	// ListClusters lists every Cluster of the platform cluster; Start uses it to adopt the
@@ -499,7 +503,7 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 // authentication config, its record) and returns its instance, not started.
 func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, error) {
 	// The kubernetes Service's address is a name of the API server too.
-	p, err := loadOrCreatePKI(filepath.Join(dir, pkiDir), append(b.hosts(), kubernetesServiceIP(m.serviceCIDR()).String()))
+	p, err := b.loadPKI(dir, m)
 	if err != nil {
 		return nil, err
 	}
@@ -513,6 +517,12 @@ func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, e
 		return nil, err
 	}
 	return newInstance(b, dir, m, bins, p)
+}
+
+// loadPKI loads the PKI of cluster m in its folder dir, issuing what is missing or due.
+func (b *Backend) loadPKI(dir string, m meta) (*pki, error) {
+	// The kubernetes Service's address is a name of the API server too.
+	return loadOrCreatePKI(filepath.Join(dir, pkiDir), append(b.hosts(), kubernetesServiceIP(m.serviceCIDR()).String()), b.opts.Certificates)
 }
 
 // reassignAPIServerPort gives in's API server a new port if another process took its port.
@@ -593,6 +603,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
 		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)
 	}
+	backend.ForgetCertificates(backend.RefOf(cl))
 	return true, nil
 }
 

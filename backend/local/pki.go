@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // Files of a cluster's pki folder. Keys are written 0600, certificates 0644.
@@ -49,12 +50,10 @@ const (
 	kcmUser    = "system:kube-controller-manager"
 )
 
-// Lifetimes. The CA (certutil's default, 10 years) outlives any cluster; leaf certificates are re-issued at every start of the
-// cluster's processes (serving) or kept for a year (admin, re-issued when it is close to expiry).
-const (
-	leafValidity = 365 * 24 * time.Hour
-	renewBefore  = 30 * 24 * time.Hour
-)
+// Lifetimes. The CA (certutil's default, 10 years) outlives any cluster; leaf certificates are
+// valid a year by default (Options.Certificates) and issued anew when they are due (30 days before
+// their end): the serving certificates at every start of the cluster's processes too, and while
+// the cluster runs by its instance (renewIfDue).
 
 // pki is the certificate authority of one cluster and what the operator needs of it.
 type pki struct {
@@ -67,16 +66,29 @@ type pki struct {
 	AdminCertPEM, AdminKeyPEM []byte
 	// KCMCertPEM and KCMKeyPEM authenticate the controller manager as kcmUser.
 	KCMCertPEM, KCMKeyPEM []byte
+	// life is the leaves' lifetime; NotAfter when each leaf ends, by its file's name; RenewAt
+	// when the first of them is due.
+	life     certs.Lifetime
+	NotAfter map[string]time.Time
+	RenewAt  time.Time
+}
+
+// ended records that the leaf certFile ends at t.
+func (p *pki) ended(certFile string, t time.Time) {
+	p.NotAfter[certFile] = t
+	if at := p.life.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
+		p.RenewAt = at
+	}
 }
 
 // loadOrCreatePKI reads the cluster's CA, admin certificate and service-account key pair from
 // dir, creating whatever is missing, and (re-)issues the serving certificate for hosts. Keys are
 // generated in-process (ECDSA P-256).
-func loadOrCreatePKI(dir string, hosts []string) (*pki, error) {
+func loadOrCreatePKI(dir string, hosts []string, life certs.Lifetime) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &pki{dir: dir}
+	p := &pki{dir: dir, life: life.Or(), NotAfter: map[string]time.Time{}}
 	if err := p.loadOrCreateCA(); err != nil {
 		return nil, fmt.Errorf("the cluster CA in %s: %w", dir, err)
 	}
@@ -103,6 +115,7 @@ func loadOrCreatePKI(dir string, hosts []string) (*pki, error) {
 		&sans{ips: []net.IP{net.ParseIP("127.0.0.1")}, dns: []string{"localhost"}}, x509.ExtKeyUsageServerAuth)
 	if err == nil {
 		err = p.write(kcmServingCertFile, kcmServingKeyFile, kcmCert, kcmKey)
+		p.ended(kcmServingCertFile, kcmCert.NotAfter)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the controller manager's serving certificate in %s: %w", dir, err)
@@ -248,6 +261,7 @@ func (p *pki) issueServing(hosts []string) error {
 	if err != nil {
 		return err
 	}
+	p.ended(servingCertFile, cert.NotAfter)
 	return p.write(servingCertFile, servingKeyFile, cert, key)
 }
 
@@ -259,14 +273,8 @@ type sans struct {
 // loadOrIssue returns the PEM certificate and key in certFile and keyFile, issuing new ones with
 // issue when they are missing, unreadable, not signed by this CA or close to expiry.
 func (p *pki) loadOrIssue(certFile, keyFile string, issue func() (*x509.Certificate, crypto.Signer, error)) (certPEM, keyPEM []byte, err error) {
-	certPEM, certErr := os.ReadFile(p.path(certFile))
-	keyPEM, keyErr := os.ReadFile(p.path(keyFile))
-	if certErr == nil && keyErr == nil {
-		_, pairErr := tls.X509KeyPair(certPEM, keyPEM) // the key is readable and belongs to the certificate
-		if certs, err := certutil.ParseCertsPEM(certPEM); err == nil && pairErr == nil &&
-			certs[0].CheckSignatureFrom(p.caCert) == nil && time.Until(certs[0].NotAfter) > renewBefore {
-			return certPEM, keyPEM, nil
-		}
+	if certPEM, keyPEM, ok := p.load(certFile, keyFile, true); ok {
+		return certPEM, keyPEM, nil
 	}
 	cert, key, err := issue()
 	if err != nil {
@@ -275,9 +283,30 @@ func (p *pki) loadOrIssue(certFile, keyFile string, issue func() (*x509.Certific
 	if err := p.write(certFile, keyFile, cert, key); err != nil {
 		return nil, nil, err
 	}
-	return p.loadOrIssue(certFile, keyFile, func() (*x509.Certificate, crypto.Signer, error) {
+	certPEM, keyPEM, ok := p.load(certFile, keyFile, false)
+	if !ok {
 		return nil, nil, errors.New("a certificate just written does not read back")
-	})
+	}
+	return certPEM, keyPEM, nil
+}
+
+// load reads the pair certFile/keyFile and reports whether it can be used: the key belongs to the
+// certificate, this CA signed it and (due) its renewal time has not come. A usable pair's end is
+// recorded.
+func (p *pki) load(certFile, keyFile string, due bool) (certPEM, keyPEM []byte, ok bool) {
+	certPEM, certErr := os.ReadFile(p.path(certFile))
+	keyPEM, keyErr := os.ReadFile(p.path(keyFile))
+	if certErr != nil || keyErr != nil {
+		return nil, nil, false
+	}
+	_, pairErr := tls.X509KeyPair(certPEM, keyPEM) // the key is readable and belongs to the certificate
+	parsed, err := certutil.ParseCertsPEM(certPEM)
+	if err != nil || pairErr != nil || parsed[0].CheckSignatureFrom(p.caCert) != nil ||
+		(due && !time.Now().Before(p.life.RenewAt(parsed[0].NotAfter))) {
+		return nil, nil, false
+	}
+	p.ended(certFile, parsed[0].NotAfter)
+	return certPEM, keyPEM, true
 }
 
 // issue signs a new leaf certificate with a fresh ECDSA P-256 key.
@@ -291,7 +320,7 @@ func (p *pki) issue(subject pkix.Name, alt *sans, usage x509.ExtKeyUsage) (*x509
 		SerialNumber: serial(),
 		Subject:      subject,
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(leafValidity),
+		NotAfter:     now.Add(p.life.Validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}

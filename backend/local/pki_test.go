@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"net"
 	"os"
 	"path/filepath"
@@ -61,7 +62,7 @@ func ipStrings(ips []net.IP) []string {
 
 func TestLoadOrCreatePKIFileModes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "pki")
-	_, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost"})
+	_, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost"}, certs.Lifetime{})
 	require.NoError(t, err)
 
 	fi, err := os.Stat(dir)
@@ -141,7 +142,7 @@ func TestLoadOrCreatePKIServingCert(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			p, err := loadOrCreatePKI(dir, append(slices.Clone(tc.hosts), testServiceIP))
+			p, err := loadOrCreatePKI(dir, append(slices.Clone(tc.hosts), testServiceIP), certs.Lifetime{})
 			require.NoError(t, err)
 			assert.Equal(t, mustRead(t, filepath.Join(dir, caCertFile)), p.CAPEM, "CAPEM is ca.crt")
 
@@ -190,7 +191,7 @@ func TestLoadOrCreatePKIServingCert(t *testing.T) {
 
 func TestLoadOrCreatePKIAdminCert(t *testing.T) {
 	dir := t.TempDir()
-	p, err := loadOrCreatePKI(dir, []string{"127.0.0.1"})
+	p, err := loadOrCreatePKI(dir, []string{"127.0.0.1"}, certs.Lifetime{})
 	require.NoError(t, err)
 
 	cert := readCert(t, dir, adminCertFile)
@@ -199,7 +200,7 @@ func TestLoadOrCreatePKIAdminCert(t *testing.T) {
 	assert.Empty(t, cert.IPAddresses)
 	assert.Empty(t, cert.DNSNames)
 	assert.False(t, cert.IsCA)
-	assert.WithinDuration(t, time.Now().Add(leafValidity), cert.NotAfter, time.Hour)
+	assert.WithinDuration(t, time.Now().Add(certs.LeafValidity), cert.NotAfter, time.Hour)
 
 	roots := caPool(t, dir)
 	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
@@ -219,7 +220,7 @@ func TestLoadOrCreatePKIAdminCert(t *testing.T) {
 
 func TestLoadOrCreatePKIControllerManagerCerts(t *testing.T) {
 	dir := t.TempDir()
-	p, err := loadOrCreatePKI(dir, []string{"10.1.2.3"})
+	p, err := loadOrCreatePKI(dir, []string{"10.1.2.3"}, certs.Lifetime{})
 	require.NoError(t, err)
 	roots := caPool(t, dir)
 
@@ -239,14 +240,14 @@ func TestLoadOrCreatePKIControllerManagerCerts(t *testing.T) {
 
 func TestLoadOrCreatePKISecondCall(t *testing.T) {
 	dir := t.TempDir()
-	_, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost"})
+	_, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost"}, certs.Lifetime{})
 	require.NoError(t, err)
 	before := map[string][]byte{}
 	for _, f := range []string{caCertFile, caKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile, servingCertFile} {
 		before[f] = mustRead(t, filepath.Join(dir, f))
 	}
 
-	p, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost", "10.20.30.40", "cp.example.com"})
+	p, err := loadOrCreatePKI(dir, []string{"127.0.0.1", "localhost", "10.20.30.40", "cp.example.com"}, certs.Lifetime{})
 	require.NoError(t, err)
 
 	for _, f := range []string{caCertFile, caKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile} {
@@ -273,7 +274,7 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 	// issueAdmin writes an admin certificate signed by the dir's CA that ends at notAfter.
 	issueAdmin := func(t *testing.T, dir string, notAfter time.Time) {
 		t.Helper()
-		p, err := loadOrCreatePKI(dir, nil)
+		p, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
 		require.NoError(t, err)
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		require.NoError(t, err)
@@ -320,14 +321,14 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 		}},
 		{"admin.crt of another CA", func(t *testing.T, dir string) {
 			other := t.TempDir()
-			_, err := loadOrCreatePKI(other, nil)
+			_, err := loadOrCreatePKI(other, nil, certs.Lifetime{})
 			require.NoError(t, err)
 			for _, f := range []string{adminCertFile, adminKeyFile} {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, f), mustRead(t, filepath.Join(other, f)), 0o600))
 			}
 		}},
 		{"admin.crt close to expiry", func(t *testing.T, dir string) {
-			issueAdmin(t, dir, time.Now().Add(renewBefore-time.Hour))
+			issueAdmin(t, dir, time.Now().Add(certs.RenewBefore-time.Hour))
 		}},
 		{"admin.crt expired", func(t *testing.T, dir string) {
 			issueAdmin(t, dir, time.Now().Add(-time.Minute))
@@ -335,12 +336,12 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			first, err := loadOrCreatePKI(dir, []string{"127.0.0.1"})
+			first, err := loadOrCreatePKI(dir, []string{"127.0.0.1"}, certs.Lifetime{})
 			require.NoError(t, err)
 			tc.corrupt(t, dir)
 			corrupted, _ := os.ReadFile(filepath.Join(dir, adminCertFile))
 
-			p, err := loadOrCreatePKI(dir, []string{"127.0.0.1"})
+			p, err := loadOrCreatePKI(dir, []string{"127.0.0.1"}, certs.Lifetime{})
 			require.NoError(t, err)
 
 			assert.Equal(t, first.CAPEM, p.CAPEM, "the CA is kept")
@@ -354,7 +355,7 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 			cert := readCert(t, dir, adminCertFile)
 			assert.Equal(t, adminUser, cert.Subject.CommonName)
 			assert.Equal(t, []string{adminGroup}, cert.Subject.Organization)
-			assert.Greater(t, time.Until(cert.NotAfter), renewBefore)
+			assert.Greater(t, time.Until(cert.NotAfter), certs.RenewBefore)
 			_, err = cert.Verify(x509.VerifyOptions{Roots: caPool(t, dir), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 			assert.NoError(t, err)
 
@@ -367,7 +368,7 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 
 func TestLoadOrCreatePKIServiceAccountKeys(t *testing.T) {
 	dir := t.TempDir()
-	_, err := loadOrCreatePKI(dir, nil)
+	_, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
 	require.NoError(t, err)
 
 	priv, err := keyutil.PrivateKeyFromFile(filepath.Join(dir, saKeyFile))
@@ -394,7 +395,7 @@ func TestLoadOrCreatePKIServiceAccountKeys(t *testing.T) {
 	t.Run("sa.pub missing is written anew from sa.key", func(t *testing.T) {
 		oldKey := mustRead(t, filepath.Join(dir, saKeyFile))
 		require.NoError(t, os.Remove(filepath.Join(dir, saPubFile)))
-		_, err := loadOrCreatePKI(dir, nil)
+		_, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
 		require.NoError(t, err)
 		assert.Equal(t, oldKey, mustRead(t, filepath.Join(dir, saKeyFile)), "the key that signed every token stays")
 		pubs, err := keyutil.PublicKeysFromFile(filepath.Join(dir, saPubFile))
@@ -429,11 +430,11 @@ func TestLoadOrCreatePKIDamaged(t *testing.T) {
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			_, err := loadOrCreatePKI(dir, nil)
+			_, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
 			require.NoError(t, err)
 			tt.damage(t, dir)
 			before := folderFiles(t, dir)
-			_, err = loadOrCreatePKI(dir, nil)
+			_, err = loadOrCreatePKI(dir, nil, certs.Lifetime{})
 			require.Error(t, err)
 			assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "reason StateDamaged: %v", err)
 			for _, w := range append(tt.want, dir, "restore it from a backup of --state-dir", "starts by itself") {
