@@ -50,6 +50,9 @@ const (
 	// ReasonClusterRecreated: the cluster was created anew after its data was lost; the access is
 	// granted again with a new kubeconfig (Event only).
 	ReasonClusterRecreated = "ClusterRecreated"
+	// ReasonGrantLost: what was made in the cluster for a Granted request is gone (the cluster
+	// restored, replaced or changed by hand); the access is granted again (Warning Event only).
+	ReasonGrantLost = "GrantLost"
 )
 
 // setPending keeps the request Pending with the reason it waits for.

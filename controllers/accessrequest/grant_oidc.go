@@ -57,10 +57,17 @@ func (r *Reconciler) grantOIDC(ctx context.Context, g *grant) (reconcile.Result,
 	if g.granted && intact(g.secret, g.host, g.cfg.CAData) && r.discovery().reachable(ctx, r.OIDC)(c.Issuer) == nil {
 		// Granted and its issuer still answers; looked at again after oidcRecheck. An issuer
 		// that stopped answering falls through: it leaves the cluster's configuration (which its
-		// API server could not reload otherwise) and the request goes back to Pending.
-		res, err := r.granted(ctx, g, oidcGrantedMessage(ar, c))
-		res.RequeueAfter = oidcRecheck
-		return res, err
+		// API server could not reload otherwise) and the request goes back to Pending. Roles and
+		// bindings gone from the cluster fall through too: they are made again.
+		still, err := r.stillGranted(ctx, g, planOIDC(ar, c, g.id), "")
+		if err != nil {
+			return r.retry(ctx, ar, g.base, err)
+		}
+		if still {
+			res, err := r.granted(ctx, g, oidcGrantedMessage(ar, c))
+			res.RequeueAfter = min(oidcRecheck, r.Options.GrantCheck)
+			return res, err
+		}
 	}
 	applied, rejected, err := r.setTrust(ctx, auth, g.cl, ar)
 	if err != nil {

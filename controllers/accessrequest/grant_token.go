@@ -16,16 +16,23 @@ import (
 func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result, error) {
 	ar := g.ar
 	created, expires, valid := validity(g.secret, g.host, g.cfg.CAData)
+	pl := planToken(ar, g.id, r.Options.Namespace)
 	if g.granted && valid && g.now.Before(rotateAt(created, expires)) {
-		res, err := r.granted(ctx, g, grantedMessage(ar, expires))
-		res.RequeueAfter = rotateAt(created, expires).Sub(g.now)
-		return res, err
+		still, err := r.stillGranted(ctx, g, pl, string(g.secret.Data[clustersv1alpha1.SecretKeyToken]))
+		if err != nil {
+			return r.retry(ctx, ar, g.base, err)
+		}
+		if still {
+			res, err := r.granted(ctx, g, grantedMessage(ar, expires))
+			res.RequeueAfter = min(rotateAt(created, expires).Sub(g.now), r.Options.GrantCheck)
+			return res, err
+		}
+		valid = false // a new token: the old one names a ServiceAccount that is gone
 	}
 	t, err := r.target(g.cfg)
 	if err != nil {
 		return r.retry(ctx, ar, g.base, err)
 	}
-	pl := planToken(ar, g.id, r.Options.Namespace)
 	if !g.granted {
 		if err := t.grant(ctx, pl, g.fresh); err != nil {
 			return r.grantFailed(ctx, ar, g.base, err)
@@ -60,7 +67,7 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 		r.secretRestored(ctx, ar)
 	}
 	res, err := r.granted(ctx, g, grantedMessage(ar, a.Expires))
-	res.RequeueAfter = rotateAt(a.Created, a.Expires).Sub(g.now)
+	res.RequeueAfter = min(rotateAt(a.Created, a.Expires).Sub(g.now), r.Options.GrantCheck)
 	return res, err
 }
 

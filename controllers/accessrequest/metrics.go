@@ -15,7 +15,7 @@ var (
 	// metricTokens counts tokens issued, by why: grant, rotation, restore.
 	metricTokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cluster_provider_accessrequest_tokens_total",
-		Help: "ServiceAccount tokens issued for token AccessRequests, by cause (grant, rotation, restore).",
+		Help: "ServiceAccount tokens issued for token AccessRequests, by cause (grant, rotation, restore); a grant made again because the cluster lost it counts as grant.",
 	}, []string{"cause"})
 )
 

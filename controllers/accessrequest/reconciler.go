@@ -37,6 +37,7 @@ import (
 const (
 	DefaultNamespace     = "openmcp-access"
 	DefaultTokenValidity = 720 * time.Hour
+	DefaultGrantCheck    = 10 * time.Minute
 )
 
 // retryNamespace is how soon a request waiting for a namespace in the cluster (which the
@@ -54,6 +55,11 @@ type Options struct {
 	// TokenValidity is --token-validity: how long a token is valid (the request's TTL may end it
 	// sooner). Default DefaultTokenValidity.
 	TokenValidity time.Duration
+	// GrantCheck is how often a Granted request checks that its cluster still holds what was
+	// made for it (its ServiceAccount, roles and bindings: a cluster restored, replaced or
+	// tampered with), and grants it again where not. Default DefaultGrantCheck; the Cluster's
+	// changes (an upgrade, a restart) bring its requests back sooner.
+	GrantCheck time.Duration
 	// Clock tells the time for token validity and rotation. Default the real clock.
 	Clock clock.PassiveClock
 	// WrapTransport wraps the transport of every request to a cluster (tests count them).
@@ -75,6 +81,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.GrantCheck <= 0 {
+		o.GrantCheck = DefaultGrantCheck
 	}
 	return o
 }
@@ -228,6 +237,26 @@ func (r *Reconciler) target(admin *rest.Config) (target, error) {
 		return target{}, fmt.Errorf("a client for the cluster: %w", err)
 	}
 	return target{cs: cs}, nil
+}
+
+// stillGranted reports whether the cluster holds everything of p, made for the granted request of
+// g (token: the one its Secret holds). Where it does not, it says what is gone (an Event) and
+// marks g not granted: the caller grants it again.
+func (r *Reconciler) stillGranted(ctx context.Context, g *grant, p plan, token string) (bool, error) {
+	t, err := r.target(g.cfg)
+	if err != nil {
+		return false, err
+	}
+	gone, err := t.missing(ctx, p, token)
+	if err != nil || gone == "" {
+		return err == nil, err
+	}
+	log.FromContext(ctx).Info("What was granted is gone from the cluster; granting it again", "cluster", clusterKey(g.ar), "gone", gone)
+	r.Event(g.ar, corev1.EventTypeWarning, ReasonGrantLost, "Grant",
+		"%s gone from Cluster %s (restored, replaced or changed by hand): the access is granted again; Secret %s gets a new kubeconfig if its old one no longer works",
+		gone, clusterKey(g.ar), SecretName(g.ar.Name))
+	g.granted = false
+	return false, nil
 }
 
 // granted writes the Granted status (and, on a change of phase, its Event).

@@ -2,9 +2,11 @@ package accessrequest
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -207,6 +209,78 @@ func (t target) apply(ctx context.Context, kind, namespace, name string, obj any
 		err = fmt.Errorf("cannot apply kind %s", kind)
 	}
 	return err
+}
+
+// missing says what of p the cluster no longer holds ("ServiceAccount openmcp-access/ar-x, ClusterRoleBinding y"),
+// or "" when everything is there: a cluster restored from an older state, replaced, or tampered
+// with. For a token plan, token is the token the request's Secret holds: a ServiceAccount of the
+// same name made anew (another UID) counts as missing, since that token no longer authenticates.
+func (t target) missing(ctx context.Context, p plan, token string) (string, error) {
+	var gone []string
+	check := func(kind, namespace, name string, get func() (metav1.Object, error)) error {
+		obj, err := get()
+		switch {
+		case apierrors.IsNotFound(err):
+			gone = append(gone, kind+" "+qualified(namespace, name))
+		case err != nil:
+			return fmt.Errorf("reading %s %s: %w", kind, qualified(namespace, name), err)
+		case kind == "ServiceAccount" && token != "" && tokenUID(token) != "" && tokenUID(token) != string(obj.GetUID()):
+			gone = append(gone, kind+" "+qualified(namespace, name)+" (made anew since the token was issued)")
+		}
+		return nil
+	}
+	if sa := p.serviceAccount; sa != nil {
+		if err := check("ServiceAccount", sa.Namespace, sa.Name, func() (metav1.Object, error) {
+			return t.cs.CoreV1().ServiceAccounts(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
+		}); err != nil {
+			return "", err
+		}
+	}
+	rbac := t.cs.RbacV1()
+	for _, o := range p.objects {
+		ns, name := o.meta.Namespace, o.meta.Name
+		var get func() (metav1.Object, error)
+		switch kindOf(o.obj) {
+		case "Role":
+			get = func() (metav1.Object, error) { return rbac.Roles(ns).Get(ctx, name, metav1.GetOptions{}) }
+		case "RoleBinding":
+			get = func() (metav1.Object, error) { return rbac.RoleBindings(ns).Get(ctx, name, metav1.GetOptions{}) }
+		case "ClusterRole":
+			get = func() (metav1.Object, error) { return rbac.ClusterRoles().Get(ctx, name, metav1.GetOptions{}) }
+		case "ClusterRoleBinding":
+			get = func() (metav1.Object, error) { return rbac.ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{}) }
+		default:
+			continue
+		}
+		if err := check(kindOf(o.obj), ns, name, get); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(gone, ", "), nil
+}
+
+// tokenUID is the ServiceAccount UID a service-account token names, or "" (it does not read).
+// The token is not verified: it is the provider's own, read from its Secret.
+func tokenUID(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		Kubernetes struct {
+			ServiceAccount struct {
+				UID string `json:"uid"`
+			} `json:"serviceaccount"`
+		} `json:"kubernetes.io"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return ""
+	}
+	return claims.Kubernetes.ServiceAccount.UID
 }
 
 // explain gives an error of the cluster's API server about an object of the request the reason

@@ -1,6 +1,7 @@
 package accessrequest
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -199,5 +200,20 @@ func TestExplain(t *testing.T) {
 			err := explain(tt.err, tt.kind, tt.namespace, "r")
 			assert.Equal(t, tt.reason, kit.ReasonOf(err, ""), err.Error())
 		})
+	}
+}
+
+func TestTokenUID(t *testing.T) {
+	enc := func(payload string) string {
+		return "eyJhbGciOiJSUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".sig"
+	}
+	for name, tt := range map[string]struct{ token, want string }{
+		"a service-account token": {enc(`{"kubernetes.io":{"serviceaccount":{"name":"ar-x","uid":"6c1f7d1e"}}}`), "6c1f7d1e"},
+		"no uid claim":            {enc(`{"sub":"system:serviceaccount:a:b"}`), ""},
+		"not JSON":                {enc(`not json`), ""},
+		"not base64":              {"a.!!!.c", ""},
+		"not a JWT":               {"opaque", ""},
+	} {
+		t.Run(name, func(t *testing.T) { assert.Equal(t, tt.want, tokenUID(tt.token)) })
 	}
 }

@@ -1,0 +1,70 @@
+package accessrequest_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/test/operator"
+)
+
+// TestGrantFollowsCluster: a Granted request whose ServiceAccount or binding is gone from its
+// cluster (a cluster restored from an older state, replaced, or changed by hand) is granted again
+// at its next check, without any change of the request: a Warning Event GrantLost names what was
+// gone, the kubeconfig in its Secret works again (with a new token where the ServiceAccount was
+// made anew), and the request stays Granted.
+func TestGrantFollowsCluster(t *testing.T) {
+	op := operator.Start(t, env, operator.Options{
+		ProviderName: testProvider, Labeller: true,
+		Access: accessrequest.Options{GrantCheck: time.Second},
+	})
+	ns := env.Namespace(t)
+	cl := newCluster(t, ns, "c1", newProviderConfig(t))
+	ar := newRequest(t, ns, "viewer", cl.Name, clustersv1alpha1.TokenConfig{
+		RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "view"}},
+	})
+	key := client.ObjectKeyFromObject(ar)
+	got := waitRequest(t, key, "Granted", isGranted)
+	s := secretOf(t, got)
+	firstToken := string(s.Data[clustersv1alpha1.SecretKeyToken])
+	user := kubeconfigClient(t, s)
+	readConfigMaps := func() error {
+		_, err := user.CoreV1().ConfigMaps("default").List(t.Context(), metav1.ListOptions{})
+		return err
+	}
+	awaitStatus(t, 200, "the stock role view, bound", readConfigMaps)
+	admin := adminClient(t, op, cl)
+
+	t.Run("the binding is deleted in the cluster: made again, the same token works", func(t *testing.T) {
+		crbs, err := admin.RbacV1().ClusterRoleBindings().List(t.Context(), metav1.ListOptions{LabelSelector: accessrequest.LabelRequestName + "=viewer"})
+		require.NoError(t, err)
+		require.Len(t, crbs.Items, 1)
+		require.NoError(t, admin.RbacV1().ClusterRoleBindings().Delete(t.Context(), crbs.Items[0].Name, metav1.DeleteOptions{}))
+		e := env.AwaitEvent(t, ar, accessrequest.ReasonGrantLost)
+		assert.Contains(t, e.Note, "ClusterRoleBinding "+crbs.Items[0].Name)
+		awaitStatus(t, 200, "view bound again", readConfigMaps)
+		assert.Equal(t, firstToken, string(secretOf(t, got).Data[clustersv1alpha1.SecretKeyToken]), "the token still authenticates: kept")
+	})
+
+	t.Run("the ServiceAccount is deleted in the cluster: made again, with a new token in the Secret", func(t *testing.T) {
+		sas, err := admin.CoreV1().ServiceAccounts(accessrequest.DefaultNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: accessrequest.LabelRequestName + "=viewer"})
+		require.NoError(t, err)
+		require.Len(t, sas.Items, 1)
+		require.NoError(t, admin.CoreV1().ServiceAccounts(accessrequest.DefaultNamespace).Delete(t.Context(), sas.Items[0].Name, metav1.DeleteOptions{}))
+		require.Eventually(t, func() bool {
+			return string(secretOf(t, got).Data[clustersv1alpha1.SecretKeyToken]) != firstToken
+		}, 60*time.Second, 100*time.Millisecond, "a new token in the Secret")
+		awaitStatus(t, 200, "the new kubeconfig works", func() error {
+			_, err := kubeconfigClient(t, secretOf(t, got)).CoreV1().ConfigMaps("default").List(t.Context(), metav1.ListOptions{})
+			return err
+		})
+		waitRequest(t, key, "still Granted", isGranted)
+	})
+}
