@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
@@ -73,6 +73,8 @@ type Backend struct {
 	ctx   context.Context // set by Start; nil before
 	hosts map[string]*host
 	admin map[types.UID]*rest.Config
+	// where is the seed each control plane was found on (nil: the platform).
+	where map[types.UID]*providersv1alpha1.SeedRef
 }
 
 var (
@@ -102,7 +104,7 @@ func New(opts Options) (*Backend, error) {
 		opts.Logger = logr.Discard()
 	}
 	opts.Certificates = opts.Certificates.Or()
-	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}}, nil
+	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{}}, nil
 }
 
 // Name returns "hosted".
@@ -136,30 +138,6 @@ func (b *Backend) Start(ctx context.Context) error {
 	return nil
 }
 
-// providerStatus is what the backend records in a Cluster's status.providerStatus, so that a
-// control plane keeps its image, service range and external host for its life.
-type providerStatus struct {
-	Backend      string `json:"backend"`
-	Namespace    string `json:"namespace"`
-	Seed         string `json:"seed,omitempty"`
-	Version      string `json:"version"`
-	Image        string `json:"image"`
-	ServiceCIDR  string `json:"serviceCIDR"`
-	Exposure     string `json:"exposure"`
-	ExternalHost string `json:"externalHost,omitempty"`
-	// UpgradeFrom is the version the control plane moves from while it rolls to Version.
-	UpgradeFrom string `json:"upgradeFrom,omitempty"`
-}
-
-// recorded is cl's providerStatus, if this backend wrote it.
-func recorded(cl *clustersv1alpha1.Cluster) providerStatus {
-	var ps providerStatus
-	if cl.Status.ProviderStatus == nil || json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
-		return providerStatus{}
-	}
-	return ps
-}
-
 // Ensure applies what is missing of cl's control plane and reports what it observes. The version
 // follows the contract of backend.Backend: the recorded one, or a change Resolve allows made by
 // rolling the control plane's image (etcd first, on its claim); a change of a control plane whose
@@ -173,14 +151,23 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if settings == nil {
 		settings = &providersv1alpha1.HostedBackendConfig{}
 	}
-	h, err := b.hostFor(ctx, settings.Seed)
+	h, ps, found, err := b.locate(ctx, cl, settings.Seed)
 	if err != nil {
 		return backend.State{}, err
 	}
 	if h == nil {
 		return backend.State{Reason: backend.ReasonBackendStarting, Message: "the hosted backend is starting", RetryAfter: 2 * time.Second}, nil
 	}
-	ps := recorded(cl)
+	if !found || ps.Version == "" {
+		// A new control plane: the ProviderConfig of now decides its seed and storage, for its life.
+		ps = providerStatus{StorageClassName: settings.StorageClassName}
+		if settings.StorageSize != nil {
+			ps.StorageSize = settings.StorageSize.String()
+		}
+		if settings.Seed != nil {
+			ps.Seed, ps.SeedKey = settings.Seed.SecretName, settings.Seed.Key
+		}
+	}
 	version, change, err := backend.Resolve(ps.Version, want)
 	if err != nil {
 		return backend.State{}, err
@@ -203,12 +190,16 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		return backend.State{}, err
 	}
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
-		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom}
-	if settings.Seed != nil {
-		ps.Seed = settings.Seed.SecretName
-	}
+		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
+		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize}
 
 	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
+		return backend.State{}, err
+	}
+	b.mu.Lock()
+	b.where[cl.UID] = ps.seedRef()
+	b.mu.Unlock()
+	if err := writeRecord(ctx, h, s, ps); err != nil {
 		return backend.State{}, err
 	}
 	if err := h.createIfMissing(ctx, b.authnConfigMap(s)); err != nil {
@@ -221,6 +212,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	external, waiting, err := b.external(ctx, h, s, settings, &ps)
 	if err != nil {
+		return backend.State{}, err
+	}
+	if err := writeRecord(ctx, h, s, ps); err != nil { // the external host, once known, is kept
 		return backend.State{}, err
 	}
 	// Every reconcile: a certificate due for renewal, or a deleted leaf Secret, is made anew now.
@@ -261,6 +255,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	case ps.UpgradeFrom != "" && st.Ready && backend.SameVersion(st.Version, ps.Version):
 		ps.UpgradeFrom = "" // done: the rolled API server serves the new version
 		st.ProviderStatus = ps
+		if err := writeRecord(ctx, h, s, ps); err != nil {
+			return backend.State{}, err
+		}
 	case ps.UpgradeFrom != "":
 		st.Runs = ps.UpgradeFrom
 		st.VersionChange = &backend.VersionChange{From: ps.UpgradeFrom, To: ps.Version, Message: fmt.Sprintf(
@@ -296,7 +293,7 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		Namespace: NamespaceFor(cl.UID),
 		Cluster:   ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID},
 		Image:     ps.Image, ServiceCIDR: ps.ServiceCIDR,
-		StorageClassName: settings.StorageClassName,
+		StorageClassName: ps.StorageClassName,
 		Exposure:         settings.Exposure,
 		APIServer:        DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
 	}
@@ -304,8 +301,12 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		s.Exposure = corev1.ServiceType(ps.Exposure)
 	}
 	s.Exposure = s.exposure() // the same inputs whether defaulted or recorded
-	if settings.StorageSize != nil {
-		s.StorageSize = *settings.StorageSize
+	if ps.StorageSize != "" {
+		q, err := resource.ParseQuantity(ps.StorageSize)
+		if err != nil {
+			return nil, fmt.Errorf("the record of namespace %s: storage size %q: %w", s.Namespace, ps.StorageSize, err)
+		}
+		s.StorageSize = q
 	}
 	if r := settings.Resources; r != nil {
 		for _, x := range []struct {
@@ -536,20 +537,17 @@ func podProblem(pods []corev1.Pod, component string) string {
 
 // Delete deletes cl's namespace in its host cluster; it is gone when the namespace is.
 func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
-	ps := recorded(cl)
 	var seed *providersv1alpha1.SeedRef
-	if ps.Seed != "" {
-		seed = &providersv1alpha1.SeedRef{SecretName: ps.Seed}
-		if pc, err := b.opts.Config(ctx, cl); err == nil && pc.Spec.Hosted != nil && pc.Spec.Hosted.Seed != nil && pc.Spec.Hosted.Seed.SecretName == ps.Seed {
-			seed = pc.Spec.Hosted.Seed
-		}
+	if pc, err := b.opts.Config(ctx, cl); err == nil && pc.Spec.Hosted != nil {
+		seed = pc.Spec.Hosted.Seed
 	}
-	h, err := b.hostFor(ctx, seed)
-	if err != nil {
+	h, _, found, err := b.locate(ctx, cl, seed)
+	if err != nil || h == nil {
 		return false, err
 	}
-	if h == nil {
-		return false, nil
+	if !found {
+		b.forget(cl)
+		return true, nil
 	}
 	name := NamespaceFor(cl.UID)
 	ns := &corev1.Namespace{}
@@ -558,9 +556,6 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 		return true, nil
 	} else if err != nil {
 		return false, err
-	}
-	if ns.Labels[LabelClusterUID] != string(cl.UID) {
-		return false, fmt.Errorf("namespace %s of the host cluster is not cl's control plane (label %s=%q): left alone; delete it yourself if it is no one's", name, LabelClusterUID, ns.Labels[LabelClusterUID])
 	}
 	if ns.DeletionTimestamp == nil {
 		b.opts.Logger.Info("Deleting a hosted control plane", "cluster", backend.RefOf(cl).String(), "namespace", name)
@@ -574,6 +569,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	b.mu.Lock()
 	delete(b.admin, cl.UID)
+	delete(b.where, cl.UID)
 	b.mu.Unlock()
 	backend.ForgetCertificates(backend.RefOf(cl))
 }
@@ -586,7 +582,7 @@ func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster)
 	if cfg != nil {
 		return rest.CopyConfig(cfg), nil
 	}
-	if _, err := b.Ensure(ctx, cl, backend.Want{Version: recorded(cl).Version}); err != nil {
+	if _, err := b.Ensure(ctx, cl, backend.Want{}); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -605,7 +601,6 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if err != nil {
 		return false, err
 	}
-	ps := recorded(cl)
 	pc, err := b.opts.Config(ctx, cl)
 	if err != nil {
 		return false, err
@@ -614,14 +609,14 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if pc.Spec.Hosted != nil {
 		seed = pc.Spec.Hosted.Seed
 	}
-	h, err := b.hostFor(ctx, seed)
+	h, _, found, err := b.locate(ctx, cl, seed)
 	if err != nil || h == nil {
 		return false, err
 	}
-	ns := ps.Namespace
-	if ns == "" {
-		ns = NamespaceFor(cl.UID)
+	if !found {
+		return false, fmt.Errorf("the hosted control plane of %s does not exist yet", backend.RefOf(cl))
 	}
+	ns := NamespaceFor(cl.UID)
 	cm := &corev1.ConfigMap{}
 	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameAuthn}, cm); err != nil {
 		return false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameAuthn, err)

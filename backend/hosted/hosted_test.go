@@ -413,7 +413,7 @@ func TestEnsureVersionChange(t *testing.T) {
 		assert.Contains(t, s.VersionChange.Message, "upgrade from 1.36.3 to 1.37.1 is refused: this control plane's etcd keeps its data on an emptyDir")
 		assert.Equal(t, "1.36.3", s.Runs)
 		assert.Equal(t, sts.ResourceVersion, get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).ResourceVersion, "etcd is not touched")
-		assert.Equal(t, "1.36.3", recorded(cl).Version)
+		assert.Equal(t, "1.36.3", record(t, cl).Version)
 	})
 
 	t.Run("on a claim: upgrades, and a downgrade is refused", func(t *testing.T) {
@@ -434,8 +434,8 @@ func TestEnsureVersionChange(t *testing.T) {
 		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
 		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
 		assert.Equal(t, image1, etcdImage(cl), "etcd rolls first, on its claim")
-		assert.Equal(t, "1.37.1", recorded(cl).Version)
-		assert.Equal(t, "1.36.3", recorded(cl).UpgradeFrom)
+		assert.Equal(t, "1.37.1", record(t, cl).Version)
+		assert.Equal(t, "1.36.3", record(t, cl).UpgradeFrom)
 		s = h.ensureWant(t, cl, next)
 		require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
 		assert.False(t, s.VersionChange.Refused)
@@ -495,4 +495,56 @@ func TestCertificatesRenewed(t *testing.T) {
 	h.ensure(t, cl)
 	got := get(t, &corev1.Secret{}, ns, SecretEtcdClient)
 	assert.NotEmpty(t, got.Data["tls.crt"])
+}
+
+// record is the backend's record of cl's control plane (NameRecord).
+func record(t *testing.T, cl *clustersv1alpha1.Cluster) providerStatus {
+	t.Helper()
+	cm := get(t, &corev1.ConfigMap{}, NamespaceFor(cl.UID), NameRecord)
+	var ps providerStatus
+	require.NoError(t, json.Unmarshal([]byte(cm.Data[recordKey]), &ps))
+	return ps
+}
+
+// TestSettingsRecorded: what a control plane is made with is recorded in its own ConfigMap;
+// a change of the ProviderConfig's storage applies to new Clusters only, and an existing one
+// keeps its etcd (no wedge on the immutable claim template); the status is output only: a
+// control plane is found and deleted without it.
+func TestSettingsRecorded(t *testing.T) {
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hosted.StorageSize = ptrTo(resource.MustParse("2Gi"))
+	cl := newCluster("recorded")
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	ns := NamespaceFor(cl.UID)
+	rec := record(t, cl)
+	assert.Equal(t, "standard", rec.StorageClassName)
+	assert.Equal(t, "2Gi", rec.StorageSize)
+	assert.Equal(t, "1.37.1", rec.Version)
+	assert.Equal(t, image1, rec.Image)
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+
+	h.pc.Spec.Hosted.StorageClassName = "fast"
+	h.pc.Spec.Hosted.StorageSize = ptrTo(resource.MustParse("5Gi"))
+	h.ensure(t, cl) // no error: the recorded storage is used
+	cur := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	assert.Equal(t, sts.Spec.VolumeClaimTemplates[0].Spec.StorageClassName, cur.Spec.VolumeClaimTemplates[0].Spec.StorageClassName)
+	assert.Equal(t, "standard", record(t, cl).StorageClassName)
+	other := newCluster("recorded-new")
+	h.ensure(t, other)
+	assert.Equal(t, "fast", record(t, other).StorageClassName, "a new Cluster takes the ProviderConfig of now")
+
+	// No status (output only), and a new backend that remembers nothing: found and deleted.
+	cl.Status.ProviderStatus = nil
+	h2 := startBackend(t)
+	h2.pc = h.pc
+	h2.ensure(t, cl)
+	assert.Equal(t, "standard", record(t, cl).StorageClassName, "the record, not the status, decides")
+	gone, err := h2.b.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	assert.False(t, gone, "the namespace is being deleted")
+	nsObj := &corev1.Namespace{}
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Name: ns}, nsObj))
+	assert.NotNil(t, nsObj.DeletionTimestamp, "its namespace is deleted")
 }

@@ -1,0 +1,189 @@
+package hosted
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+)
+
+// NameRecord is the ConfigMap, in a control plane's namespace, in which the backend records what
+// the control plane was made with: its version, image, service range, exposure, external host,
+// seed and etcd storage. The record, not the ProviderConfig of the moment, decides what an
+// existing control plane runs: a ProviderConfig change applies to new Clusters. The Cluster's
+// status.providerStatus shows it and is never read back, except once to adopt a control plane
+// made before the record existed.
+const NameRecord = "control-plane-record"
+
+// recordKey is the record's key in its ConfigMap.
+const recordKey = "record.json"
+
+// providerStatus is the record (NameRecord) and, as output, the Cluster's status.providerStatus.
+type providerStatus struct {
+	Backend      string `json:"backend"`
+	Namespace    string `json:"namespace"`
+	Seed         string `json:"seed,omitempty"`
+	Version      string `json:"version"`
+	Image        string `json:"image"`
+	ServiceCIDR  string `json:"serviceCIDR"`
+	Exposure     string `json:"exposure"`
+	ExternalHost string `json:"externalHost,omitempty"`
+	// UpgradeFrom is the version the control plane moves from while it rolls to Version.
+	UpgradeFrom string `json:"upgradeFrom,omitempty"`
+	// StorageClassName and StorageSize are etcd's claim; no class: an emptyDir.
+	StorageClassName string `json:"storageClassName,omitempty"`
+	StorageSize      string `json:"storageSize,omitempty"`
+	// SeedKey is the key of the seed's kubeconfig in its Secret.
+	SeedKey string `json:"seedKey,omitempty"`
+}
+
+// statusOf is cl's status.providerStatus, if this backend wrote it: only a hint where to look
+// (locate) and the record of a control plane made before NameRecord existed.
+func statusOf(cl *clustersv1alpha1.Cluster) providerStatus {
+	var ps providerStatus
+	if cl.Status.ProviderStatus == nil || json.Unmarshal(cl.Status.ProviderStatus.Raw, &ps) != nil || ps.Backend != Name {
+		return providerStatus{}
+	}
+	return ps
+}
+
+// seedRef is the seed the record names; nil for the platform.
+func (ps providerStatus) seedRef() *providersv1alpha1.SeedRef {
+	if ps.Seed == "" {
+		return nil
+	}
+	return &providersv1alpha1.SeedRef{SecretName: ps.Seed, Key: ps.SeedKey}
+}
+
+// readRecord reads the record of the control plane in namespace ns of h; found is false when
+// there is none.
+func readRecord(ctx context.Context, h *host, ns string) (ps providerStatus, found bool, err error) {
+	cm := &corev1.ConfigMap{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameRecord}, cm); apierrors.IsNotFound(err) {
+		return ps, false, nil
+	} else if err != nil {
+		return ps, false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameRecord, err)
+	}
+	if err := json.Unmarshal([]byte(cm.Data[recordKey]), &ps); err != nil || ps.Backend != Name {
+		return ps, false, fmt.Errorf("ConfigMap %s/%s holds no record of this backend (%v): left as it is; delete it to have it made anew from the Cluster's status", ns, NameRecord, err)
+	}
+	return ps, true, nil
+}
+
+// writeRecord writes ps into the record of s's control plane, when it changed.
+func writeRecord(ctx context.Context, h *host, s *Spec, ps providerStatus) error {
+	data, err := json.Marshal(ps)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{}
+	err = h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameRecord}, cm)
+	switch {
+	case apierrors.IsNotFound(err):
+		cm = &corev1.ConfigMap{ObjectMeta: s.meta(NameRecord, ""), Data: map[string]string{recordKey: string(data)}}
+		if err := h.client.Create(ctx, cm); err != nil {
+			return fmt.Errorf("creating ConfigMap %s/%s: %w", s.Namespace, NameRecord, err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading ConfigMap %s/%s: %w", s.Namespace, NameRecord, err)
+	case cm.Data[recordKey] == string(data):
+		return nil
+	}
+	cm.Data = map[string]string{recordKey: string(data)}
+	if err := h.client.Update(ctx, cm); err != nil {
+		return fmt.Errorf("updating ConfigMap %s/%s: %w", s.Namespace, NameRecord, err)
+	}
+	return nil
+}
+
+// storageOf is the etcd storage a control plane made before its storage was recorded runs on:
+// its StatefulSet's claim template, or none (an emptyDir).
+func storageOf(ctx context.Context, h *host, ns string) (class, size string, err error) {
+	sts := &appsv1.StatefulSet{}
+	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameEtcd}, sts); apierrors.IsNotFound(err) {
+		return "", "", nil
+	} else if err != nil {
+		return "", "", err
+	}
+	for _, t := range sts.Spec.VolumeClaimTemplates {
+		if t.Spec.StorageClassName != nil {
+			class = *t.Spec.StorageClassName
+		}
+		if q, ok := t.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			size = q.String()
+		}
+	}
+	return class, size, nil
+}
+
+// locate finds cl's control plane: the host whose namespace NamespaceFor(cl.UID) belongs to cl,
+// and its record. It looks where it found it before, where the Cluster's status says, on the
+// ProviderConfig's seed and on the platform, so that a control plane is found (and deleted) even
+// when its first Ensure failed half-way or the ProviderConfig's seed changed since. found is false
+// for a Cluster with no control plane yet: h is then where a new one goes (the ProviderConfig's
+// seed). h is nil while the backend starts.
+func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed *providersv1alpha1.SeedRef) (h *host, ps providerStatus, found bool, err error) {
+	var candidates []*providersv1alpha1.SeedRef
+	b.mu.Lock()
+	if ref, ok := b.where[cl.UID]; ok {
+		candidates = append(candidates, ref)
+	}
+	b.mu.Unlock()
+	candidates = append(candidates, statusOf(cl).seedRef(), seed, nil)
+	ns := NamespaceFor(cl.UID)
+	tried := map[string]bool{}
+	for _, ref := range candidates {
+		name := ""
+		if ref != nil {
+			name = ref.SecretName
+			if seed != nil && seed.SecretName == name {
+				ref = seed // its key
+			}
+		}
+		if tried[name] {
+			continue
+		}
+		tried[name] = true
+		c, err := b.hostFor(ctx, ref)
+		if err != nil || c == nil {
+			return nil, ps, false, err
+		}
+		nsObj := &corev1.Namespace{}
+		if err := c.client.Get(ctx, client.ObjectKey{Name: ns}, nsObj); apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return nil, ps, false, fmt.Errorf("looking for namespace %s: %w", ns, err)
+		}
+		if nsObj.Labels[LabelClusterUID] != string(cl.UID) {
+			return nil, ps, false, fmt.Errorf("namespace %s of host %q is not the control plane of %s (label %s=%q): left alone; delete it yourself if it is no one's",
+				ns, name, cl.Name, LabelClusterUID, nsObj.Labels[LabelClusterUID])
+		}
+		if ps, found, err = readRecord(ctx, c, ns); err != nil {
+			return nil, ps, false, err
+		}
+		if !found { // made before the record existed, or its first Ensure stopped before it
+			ps = statusOf(cl)
+			if ps.StorageClassName, ps.StorageSize, err = storageOf(ctx, c, ns); err != nil {
+				return nil, ps, false, err
+			}
+			ps.Seed, ps.SeedKey = name, ""
+			if ref != nil {
+				ps.SeedKey = ref.Key
+			}
+		}
+		b.mu.Lock()
+		b.where[cl.UID] = ref
+		b.mu.Unlock()
+		return c, ps, true, nil
+	}
+	h, err = b.hostFor(ctx, seed)
+	return h, providerStatus{}, false, err
+}
