@@ -185,13 +185,18 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		upgradeFrom = change.From
 		b.opts.Logger.Info("Upgrading a hosted control plane", "cluster", backend.RefOf(cl).String(), "from", change.From, "to", change.To)
 	}
+	if change == nil && found {
+		if change, err = b.imageRefresh(ctx, h, cl, settings, pc.Name, &ps); err != nil {
+			return backend.State{}, err
+		}
+	}
 	s, err := b.spec(cl, pc, settings, version, ps)
 	if err != nil {
 		return backend.State{}, err
 	}
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
-		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize}
+		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh}
 
 	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
 		return backend.State{}, err
@@ -264,6 +269,41 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			"Upgrading from Kubernetes %s to %s: etcd rolls first on its claim, then the API server and the controller manager.", ps.UpgradeFrom, ps.Version)}
 	}
 	return st, nil
+}
+
+// AnnotationImageRefresh on a Cluster rolls its control plane to the image the ProviderConfig
+// names now for the version it runs: the one deliberate way to bring a patched image of the SAME
+// version to an existing Cluster (images otherwise stay as recorded at creation). Each new value
+// refreshes once; the value refreshed is recorded.
+const AnnotationImageRefresh = "hosted.clusters.openmcp.cloud/image-refresh"
+
+// imageRefresh records the ProviderConfig's image of the running version in ps when cl asks for a
+// refresh it has not had (AnnotationImageRefresh). A control plane whose etcd is on an emptyDir
+// refuses: a new etcd pod would start empty; the refusal is returned as a refused change.
+func (b *Backend) imageRefresh(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, settings *providersv1alpha1.HostedBackendConfig, pcName string, ps *providerStatus) (*backend.VersionChange, error) {
+	want := cl.Annotations[AnnotationImageRefresh]
+	if want == "" || want == ps.ImageRefresh {
+		return nil, nil
+	}
+	image, err := imageFor(settings, ps.Version, pcName)
+	if err != nil {
+		return nil, err
+	}
+	if image == ps.Image {
+		ps.ImageRefresh = want // nothing to roll
+		return nil, nil
+	}
+	if refused, err := b.upgradeRefusal(ctx, h, cl, &backend.VersionChange{From: ps.Version, To: ps.Version}); err != nil || refused.Refused {
+		if err != nil {
+			return nil, err
+		}
+		return backend.Refuse(ps.Version, ps.Version, fmt.Sprintf(
+			"the image refresh %q (to %s) is refused: this control plane's etcd keeps its data on an emptyDir, which a new etcd pod would start without; the cluster keeps running %s. Remove the annotation %s, or create a new Cluster",
+			want, image, ps.Image, AnnotationImageRefresh)), nil
+	}
+	b.opts.Logger.Info("Rolling a hosted control plane to a new image of its version", "cluster", backend.RefOf(cl).String(), "from", ps.Image, "to", image)
+	ps.Image, ps.ImageRefresh = image, want
+	return nil, nil
 }
 
 // upgradeRefusal returns change refused when this control plane cannot make it without losing

@@ -548,3 +548,38 @@ func TestSettingsRecorded(t *testing.T) {
 	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Name: ns}, nsObj))
 	assert.NotNil(t, nsObj.DeletionTimestamp, "its namespace is deleted")
 }
+
+// TestImageRefresh: a patched image for the SAME version reaches an existing Cluster only when the
+// Cluster asks for it (AnnotationImageRefresh), once per value; etcd on an emptyDir refuses.
+func TestImageRefresh(t *testing.T) {
+	h := startBackend(t)
+	etcdImage := func(cl *clustersv1alpha1.Cluster) string {
+		return get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).Spec.Template.Spec.Containers[0].Image
+	}
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	claim := newCluster("refresh-claim")
+	h.ensure(t, claim)
+	h.etcdUp(t, claim)
+	h.pc.Spec.Hosted.StorageClassName = ""
+	empty := newCluster("refresh-emptydir")
+	h.ensure(t, empty)
+	h.etcdUp(t, empty)
+
+	h.pc.Spec.Hosted.Images["1.37.1"] = image2 // a patched image of the same version
+	h.ensure(t, claim)
+	assert.Equal(t, image1, etcdImage(claim), "nothing asked: the recorded image stays")
+
+	claim.Annotations = map[string]string{AnnotationImageRefresh: "cve-2026-1"}
+	s := h.ensure(t, claim)
+	assert.Nil(t, s.VersionChange)
+	assert.Equal(t, image2, etcdImage(claim), "asked: rolled to the ProviderConfig's image of its version")
+	assert.Equal(t, image2, record(t, claim).Image)
+	assert.Equal(t, "cve-2026-1", record(t, claim).ImageRefresh)
+
+	empty.Annotations = map[string]string{AnnotationImageRefresh: "cve-2026-1"}
+	s = h.ensure(t, empty)
+	require.NotNil(t, s.VersionChange)
+	assert.True(t, s.VersionChange.Refused)
+	assert.Contains(t, s.VersionChange.Message, "the image refresh \"cve-2026-1\" (to "+image2+") is refused: this control plane's etcd keeps its data on an emptyDir")
+	assert.Equal(t, image1, etcdImage(empty))
+}

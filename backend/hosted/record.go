@@ -42,6 +42,8 @@ type providerStatus struct {
 	StorageSize      string `json:"storageSize,omitempty"`
 	// SeedKey is the key of the seed's kubeconfig in its Secret.
 	SeedKey string `json:"seedKey,omitempty"`
+	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.
+	ImageRefresh string `json:"imageRefresh,omitempty"`
 }
 
 // statusOf is cl's status.providerStatus, if this backend wrote it: only a hint where to look
