@@ -9,7 +9,8 @@
 //     the backend with StateDamaged), the service-account key, and leaf certificates (the API
 //     server's serving certificate, etcd's, the API server's etcd client, the operator's admin, the
 //     controller manager's kubeconfig), each issued anew only when it is missing, does not verify,
-//     nears its end, or (serving) lacks a host;
+//     nears its end (checked at every reconcile; the reconcile comes back when the first is due),
+//     or (serving) lacks a host;
 //   - etcd: a 1-replica StatefulSet, TLS with client certificates of its own CA, data on a claim
 //     of spec.hosted.storageClassName (an emptyDir without one: lost with the pod);
 //   - kube-apiserver (a sidecar, so that it starts first) and kube-controller-manager (leader
@@ -21,13 +22,17 @@
 //     reaches only its etcd, DNS and the OIDC issuers' ports (public addresses unless the
 //     ProviderConfig allows private issuers);
 //   - the ConfigMap with the structured authentication configuration, which the API server reloads;
-//     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once.
+//     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once;
+//   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with.
 //
 // The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
 // when missing or when their inputs (image, resources, storage, service range) change
-// (AnnotationInputs): a new operator version never rolls a running control plane. The image, the
-// service range, the exposure and the external host a Cluster was created with are kept in its
-// status.providerStatus for its life. Ready needs etcd ready, the Deployment rolled out and the
+// (AnnotationInputs), or when the certificates the API server's pod mounts are renewed
+// (AnnotationCertificates). The version, image, service range, exposure, external host, seed and
+// etcd storage a Cluster was created with are kept in its record for its life (the Cluster's
+// status.providerStatus shows them; locate finds a control plane without it). The version moves
+// only as backend.Resolve allows and only with etcd on a claim; a patched image of the same version
+// only when the Cluster asks (AnnotationImageRefresh). Ready needs etcd ready, the Deployment rolled out and the
 // API server's /readyz answering the operator. Deletion deletes the namespace (and with it the
 // claims); the Cluster is gone when the namespace is. A namespace of that name that is not the
 // Cluster's is never touched.
