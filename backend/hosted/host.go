@@ -150,33 +150,64 @@ func (b *Backend) hostFor(ctx context.Context, seed *providersv1alpha1.SeedRef) 
 
 // apply server-side applies obj (typed, with TypeMeta) as FieldOwner.
 func (h *host) apply(ctx context.Context, obj client.Object) error {
+	_, err := h.applyResult(ctx, obj)
+	return err
+}
+
+// applyResult server-side applies obj with opts (a dry run, say) and returns what the API server
+// answered.
+func (h *host) applyResult(ctx context.Context, obj client.Object, opts ...client.ApplyOption) (*unstructured.Unstructured, error) {
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	delete(u, "status")
 	if md, ok := u["metadata"].(map[string]any); ok {
 		delete(md, "creationTimestamp")
 	}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: u})
-	if err := h.client.Apply(ctx, ac, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
+	res := &unstructured.Unstructured{Object: u}
+	opts = append([]client.ApplyOption{client.FieldOwner(FieldOwner), client.ForceOwnership}, opts...)
+	if err := h.client.Apply(ctx, client.ApplyConfigurationFromUnstructured(res), opts...); err != nil {
+		return nil, fmt.Errorf("applying %s %s/%s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName(), err)
 	}
-	return nil
+	return res, nil
 }
 
-// applyWorkload applies a workload only when it is missing or was made from other inputs
-// (AnnotationInputs): a running control plane is never rolled because the operator changed.
-func (h *host) applyWorkload(ctx context.Context, obj client.Object) error {
+// Outcomes of applyWorkload.
+const (
+	workloadKept    = iota // as planned: nothing written
+	workloadWritten        // made, or changed to the plan
+	workloadWaits          // differs from the plan, but its turn to roll has not come
+)
+
+// applyWorkload makes a workload as planned. A missing one is created. An existing one is written
+// only when it differs from the plan: its rendered inputs changed (AnnotationInputs: a new image,
+// resources, certificates, or a template of a new release), or it drifted (someone scaled or
+// edited it: a server-side dry run of the plan would change its spec, which shows as a new
+// generation). A change that rolls pods waits until turn allows it (bounded rolling); turn is not
+// asked for a creation.
+func (h *host) applyWorkload(ctx context.Context, obj client.Object, turn func() bool) (int, error) {
 	cur := obj.DeepCopyObject().(client.Object)
 	err := h.cache.Get(ctx, client.ObjectKeyFromObject(obj), cur)
-	if err == nil && cur.GetAnnotations()[AnnotationInputs] == obj.GetAnnotations()[AnnotationInputs] {
-		return nil
+	switch {
+	case apierrors.IsNotFound(err):
+		return workloadWritten, h.apply(ctx, obj)
+	case err != nil:
+		return workloadKept, err
 	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return err
+	if cur.GetAnnotations()[AnnotationInputs] == obj.GetAnnotations()[AnnotationInputs] {
+		dry, err := h.applyResult(ctx, obj, client.DryRunAll)
+		if err != nil {
+			return workloadKept, err
+		}
+		if dry.GetGeneration() == cur.GetGeneration() {
+			return workloadKept, nil
+		}
 	}
-	return h.apply(ctx, obj)
+	if !turn() {
+		return workloadWaits, nil
+	}
+	return workloadWritten, h.apply(ctx, obj)
 }
 
 // createIfMissing creates obj unless it exists; its content is then someone else's to keep.

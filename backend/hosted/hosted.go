@@ -33,6 +33,9 @@ import (
 // Name is the ProviderConfig spec.backend value of this backend.
 const Name = "hosted"
 
+// DefaultMaxRolling is Options.MaxRolling's default.
+const DefaultMaxRolling = 2
+
 // FieldOwner is the server-side apply field manager of what the backend applies.
 const FieldOwner = "cluster-provider-hosted"
 
@@ -58,6 +61,10 @@ type Options struct {
 	Notify backend.Notify
 	// Probe checks that the API server behind cfg serves. Default: GET /readyz.
 	Probe func(ctx context.Context, cfg *rest.Config) error
+	// MaxRolling is how many existing control planes may roll at once (--hosted-max-rolling): a
+	// change that reaches many (a new release's template, a ProviderConfig's resources) rolls them
+	// a few at a time, never the whole fleet together. Creations do not count. Default 2.
+	MaxRolling int
 	// Certificates is the lifetime of the control planes' leaf certificates. Default: a year,
 	// issued anew 30 days before their end (certs.LeafValidity, certs.RenewBefore).
 	Certificates certs.Lifetime
@@ -75,6 +82,8 @@ type Backend struct {
 	admin map[types.UID]*rest.Config
 	// where is the seed each control plane was found on (nil: the platform).
 	where map[types.UID]*providersv1alpha1.SeedRef
+	// rolling are the control planes that hold a turn to roll (takeTurn).
+	rolling map[types.UID]bool
 }
 
 var (
@@ -104,7 +113,10 @@ func New(opts Options) (*Backend, error) {
 		opts.Logger = logr.Discard()
 	}
 	opts.Certificates = opts.Certificates.Or()
-	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{}}, nil
+	if opts.MaxRolling <= 0 {
+		opts.MaxRolling = DefaultMaxRolling
+	}
+	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{}, rolling: map[types.UID]bool{}}, nil
 }
 
 // Name returns "hosted".
@@ -233,14 +245,17 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	b.mu.Lock()
 	b.admin[cl.UID] = cfg
 	b.mu.Unlock()
-	if err := h.applyWorkload(ctx, s.EtcdStatefulSet()); err != nil {
+	turn := func() bool { return b.takeTurn(cl.UID) }
+	etcdOut, err := h.applyWorkload(ctx, s.EtcdStatefulSet(), turn)
+	if err != nil {
 		return backend.State{}, err
 	}
+	apiOut := workloadKept
 	// The API server starts once etcd serves: started before, it gives up on etcd after 20 s and
 	// the kubelet's crash-loop backoff (up to 5 minutes) would delay it long after etcd is up.
 	// Once made, its Deployment stays whatever etcd does.
 	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, &appsv1.Deployment{}); err == nil || etcdReady(ctx, h, s) {
-		if err := h.applyWorkload(ctx, s.APIServerDeployment()); err != nil {
+		if apiOut, err = h.applyWorkload(ctx, s.APIServerDeployment(), turn); err != nil {
 			return backend.State{}, err
 		}
 	} else if !apierrors.IsNotFound(err) {
@@ -249,6 +264,13 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	st, err := b.observe(ctx, h, cl, s, ps, external, waiting)
 	if err != nil {
 		return st, err
+	}
+	waitsTurn := etcdOut == workloadWaits || apiOut == workloadWaits
+	if !waitsTurn && etcdOut == workloadKept && apiOut == workloadKept && rolledOutAll(ctx, h, s) {
+		b.endTurn(cl.UID)
+	}
+	if waitsTurn {
+		st.RetryAfter = min(nonZero(st.RetryAfter, time.Hour), rollRetry)
 	}
 	st.Runs = ps.Version
 	if renew := max(time.Until(p.RenewAt), time.Second); st.RetryAfter == 0 || renew < st.RetryAfter {
@@ -267,8 +289,57 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		st.Runs = ps.UpgradeFrom
 		st.VersionChange = &backend.VersionChange{From: ps.UpgradeFrom, To: ps.Version, Message: fmt.Sprintf(
 			"Upgrading from Kubernetes %s to %s: etcd rolls first on its claim, then the API server and the controller manager.", ps.UpgradeFrom, ps.Version)}
+		if waitsTurn {
+			st.VersionChange.Message = fmt.Sprintf("Upgrading from Kubernetes %s to %s: waiting for its turn, %d control planes roll at once (--hosted-max-rolling).",
+				ps.UpgradeFrom, ps.Version, b.opts.MaxRolling)
+		}
 	}
 	return st, nil
+}
+
+// rollRetry is how soon a control plane waiting for its turn to roll is looked at again.
+const rollRetry = 10 * time.Second
+
+func nonZero(d, or time.Duration) time.Duration {
+	if d == 0 {
+		return or
+	}
+	return d
+}
+
+// takeTurn reports whether the control plane of uid may roll now: it rolls already, or fewer than
+// MaxRolling do. A turn is held until its workloads are rolled out (endTurn).
+func (b *Backend) takeTurn(uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rolling[uid] {
+		return true
+	}
+	if len(b.rolling) >= b.opts.MaxRolling {
+		return false
+	}
+	b.rolling[uid] = true
+	return true
+}
+
+// endTurn gives back the turn of uid, if it holds one.
+func (b *Backend) endTurn(uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.rolling, uid)
+}
+
+// rolledOutAll reports whether etcd's StatefulSet and the API server's Deployment of s run their
+// current templates, ready.
+func rolledOutAll(ctx context.Context, h *host, s *Spec) bool {
+	sts, dep := &appsv1.StatefulSet{}, &appsv1.Deployment{}
+	if h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts) != nil ||
+		h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, dep) != nil {
+		return false
+	}
+	stsDone := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.ReadyReplicas >= 1 &&
+		(sts.Status.UpdateRevision == "" || sts.Status.UpdateRevision == sts.Status.CurrentRevision)
+	return stsDone && rolledOut(dep)
 }
 
 // AnnotationImageRefresh on a Cluster rolls its control plane to the image the ProviderConfig
@@ -610,6 +681,7 @@ func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	b.mu.Lock()
 	delete(b.admin, cl.UID)
 	delete(b.where, cl.UID)
+	delete(b.rolling, cl.UID)
 	b.mu.Unlock()
 	backend.ForgetCertificates(backend.RefOf(cl))
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
@@ -57,6 +58,12 @@ func startBackend(t *testing.T) *harness {
 // startBackendLifetime is startBackend with the leaf certificates' lifetime.
 func startBackendLifetime(t *testing.T, life certs.Lifetime) *harness {
 	t.Helper()
+	return startBackendWith(t, func(o *Options) { o.Certificates = life })
+}
+
+// startBackendWith is startBackend with Options changed by change.
+func startBackendWith(t *testing.T, change func(*Options)) *harness {
+	t.Helper()
 	h := &harness{notified: make(chan backend.Ref, 1000), pc: &providersv1alpha1.ProviderConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "hosted"},
 		Spec: providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendHosted, Hosted: &providersv1alpha1.HostedBackendConfig{
@@ -64,7 +71,7 @@ func startBackendLifetime(t *testing.T, life certs.Lifetime) *harness {
 		}},
 	}}
 	var err error
-	h.b, err = New(Options{
+	opts := Options{
 		Platform: env.Config,
 		Config: func(context.Context, *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error) {
 			return h.pc.DeepCopy(), nil
@@ -83,9 +90,10 @@ func startBackendLifetime(t *testing.T, life certs.Lifetime) *harness {
 			}
 			return rest.CopyConfig(env.Config), nil
 		},
-		InCluster:    true,
-		Certificates: life,
-	})
+		InCluster: true,
+	}
+	change(&opts)
+	h.b, err = New(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -582,4 +590,79 @@ func TestImageRefresh(t *testing.T) {
 	assert.True(t, s.VersionChange.Refused)
 	assert.Contains(t, s.VersionChange.Message, "the image refresh \"cve-2026-1\" (to "+image2+") is refused: this control plane's etcd keeps its data on an emptyDir")
 	assert.Equal(t, image1, etcdImage(empty))
+}
+
+// rolledOutNow marks cl's workloads rolled out and ready, as the controllers of a real cluster
+// would (envtest runs none).
+func rolledOutNow(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	ns := NamespaceFor(cl.UID)
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 1, ReadyReplicas: 1, UpdatedReplicas: 1, CurrentReplicas: 1,
+		CurrentRevision: "r", UpdateRevision: "r"}
+	require.NoError(t, env.Client.Status().Update(t.Context(), sts))
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, AvailableReplicas: 1, ReadyReplicas: 1}
+	require.NoError(t, env.Client.Status().Update(t.Context(), dep))
+}
+
+// TestDriftAndBoundedRolling: a workload changed by hand (etcd scaled to 0) is put back at the
+// next reconcile; a change that reaches every control plane (the ProviderConfig's resources) rolls
+// them --hosted-max-rolling at a time: the next waits until the first is rolled out.
+func TestDriftAndBoundedRolling(t *testing.T) {
+	h := startBackendWith(t, func(o *Options) { o.MaxRolling = 1 })
+	a, b := newCluster("roll-a"), newCluster("roll-b")
+	for _, cl := range []*clustersv1alpha1.Cluster{a, b} {
+		h.ensure(t, cl)
+		h.etcdUp(t, cl)
+		rolledOutNow(t, cl)
+	}
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	// The backend's cache must see what the test changes before each Ensure.
+	cached := func(cl *clustersv1alpha1.Cluster, obj client.Object, name string, ok func() bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			return hst.cache.Get(t.Context(), client.ObjectKey{Namespace: NamespaceFor(cl.UID), Name: name}, obj) == nil && ok()
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+
+	t.Run("drift is corrected", func(t *testing.T) {
+		sts := get(t, &appsv1.StatefulSet{}, NamespaceFor(a.UID), NameEtcd)
+		sts.Spec.Replicas = ptrTo[int32](0) // kubectl scale sts etcd --replicas=0
+		require.NoError(t, env.Client.Update(t.Context(), sts))
+		var seen appsv1.StatefulSet
+		cached(a, &seen, NameEtcd, func() bool { return *seen.Spec.Replicas == 0 })
+		h.ensure(t, a)
+		assert.Equal(t, int32(1), *get(t, &appsv1.StatefulSet{}, NamespaceFor(a.UID), NameEtcd).Spec.Replicas, "scaled back to the plan")
+		rolledOutNow(t, a)
+		var back appsv1.StatefulSet
+		cached(a, &back, NameEtcd, func() bool { return back.Status.ObservedGeneration == back.Generation && *back.Spec.Replicas == 1 })
+		h.ensure(t, a) // rolled out: its turn ends
+	})
+
+	t.Run("a change of every control plane rolls one at a time", func(t *testing.T) {
+		before := map[types.UID]string{}
+		for _, cl := range []*clustersv1alpha1.Cluster{a, b} {
+			before[cl.UID] = get(t, &appsv1.Deployment{}, NamespaceFor(cl.UID), NameAPIServer).Annotations[AnnotationInputs]
+		}
+		h.pc.Spec.Hosted.Resources = &providersv1alpha1.HostedResources{APIServer: &corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		}}
+		h.ensure(t, a)
+		assert.NotEqual(t, before[a.UID], get(t, &appsv1.Deployment{}, NamespaceFor(a.UID), NameAPIServer).Annotations[AnnotationInputs], "a rolls")
+		s := h.ensure(t, b)
+		assert.Equal(t, before[b.UID], get(t, &appsv1.Deployment{}, NamespaceFor(b.UID), NameAPIServer).Annotations[AnnotationInputs], "b waits for its turn")
+		assert.LessOrEqual(t, s.RetryAfter, rollRetry, "and is looked at again soon")
+
+		rolledOutNow(t, a)
+		var done appsv1.Deployment
+		cached(a, &done, NameAPIServer, func() bool {
+			return done.Status.ObservedGeneration == done.Generation && done.Status.UpdatedReplicas == 1
+		})
+		h.ensure(t, a) // a is rolled out: its turn goes to the next
+		h.ensure(t, b)
+		assert.NotEqual(t, before[b.UID], get(t, &appsv1.Deployment{}, NamespaceFor(b.UID), NameAPIServer).Annotations[AnnotationInputs], "then b rolls")
+	})
 }

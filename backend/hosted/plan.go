@@ -42,7 +42,7 @@ const (
 	AnnotationProfile = "hosted.clusters.openmcp.cloud/profile"
 	// AnnotationCertificates on the API server's pod template is Spec.Certificates.
 	AnnotationCertificates = "hosted.clusters.openmcp.cloud/certificates"
-	// AnnotationInputs on the workloads is the hash of the Spec fields they are made from: the
+	// AnnotationInputs on the workloads is the hash of the rendered object (Rendered): the
 	// backend applies a workload only when it is missing or its inputs changed, so a new operator
 	// version whose plan differs never rolls a running control plane.
 	AnnotationInputs = "hosted.clusters.openmcp.cloud/inputs"
@@ -196,14 +196,32 @@ func (s *Spec) podMeta(component string) metav1.ObjectMeta {
 	return m
 }
 
-// Inputs is the hash of what the workloads are made from (AnnotationInputs).
-func (s *Spec) Inputs() string {
-	data, err := json.Marshal(s)
+// Rendered is the hash of a rendered object without its AnnotationInputs: what AnnotationInputs
+// holds, so that any change of what the backend would write (a Spec field, a default or a
+// template changed by a new release) shows, and nothing else does.
+func Rendered(obj client.Object) string {
+	obj = obj.DeepCopyObject().(client.Object)
+	if a := obj.GetAnnotations(); a != nil {
+		delete(a, AnnotationInputs)
+		obj.SetAnnotations(a)
+	}
+	data, err := json.Marshal(obj)
 	if err != nil {
-		panic(fmt.Sprintf("a hosted Spec does not marshal: %v", err))
+		panic(fmt.Sprintf("a hosted object does not marshal: %v", err))
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
+}
+
+// stamp sets obj's AnnotationInputs to Rendered(obj) and returns obj.
+func stamp[T client.Object](obj T) T {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[AnnotationInputs] = Rendered(obj)
+	obj.SetAnnotations(a)
+	return obj
 }
 
 // Namespace is the control plane's namespace; it enforces the restricted Pod Security Standard,
@@ -366,7 +384,6 @@ func tcpPort(p int32) networkingv1.NetworkPolicyPort {
 // (lost with the pod) without one.
 func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	m := s.meta(NameEtcd, ComponentEtcd)
-	m.Annotations[AnnotationInputs] = s.Inputs()
 	pod := s.podSpec(ComponentEtcd, []corev1.Container{{
 		Name:    containerEtcd,
 		Image:   s.Image,
@@ -404,7 +421,7 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	if s.StorageClassName == "" {
 		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{Name: "data",
 			VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		return sts
+		return stamp(sts)
 	}
 	size := s.StorageSize
 	if size.IsZero() {
@@ -424,7 +441,7 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		WhenDeleted: appsv1.DeletePersistentVolumeClaimRetentionPolicyType,
 		WhenScaled:  appsv1.RetainPersistentVolumeClaimRetentionPolicyType,
 	}
-	return sts
+	return stamp(sts)
 }
 
 // etcdArgs are etcd's flags: one member, TLS with client certificates of its own CA on the client
@@ -457,7 +474,6 @@ func etcdArgs(namespace string) []string {
 // controller managers elect a leader so that two never act at once.
 func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	m := s.meta(NameAPIServer, ComponentAPIServer)
-	m.Annotations[AnnotationInputs] = s.Inputs()
 	pod := s.podSpec(ComponentAPIServer, []corev1.Container{
 		{
 			Name:      containerAPIServer,
@@ -525,7 +541,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	if s.Certificates != "" {
 		podMeta.Annotations[AnnotationCertificates] = s.Certificates
 	}
-	return &appsv1.Deployment{
+	return stamp(&appsv1.Deployment{
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
 		Spec: appsv1.DeploymentSpec{
@@ -536,7 +552,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
 		},
-	}
+	})
 }
 
 // apiServerArgs are kube-apiserver's flags: those of a local cluster's (controlplane) with the

@@ -190,7 +190,7 @@ func TestAPIServerDeployment(t *testing.T) {
 	ru := dep.Spec.Strategy.RollingUpdate
 	assert.Equal(t, "100%", ru.MaxSurge.String(), "blue/green: the new pod starts before the old goes")
 	assert.Equal(t, 0, ru.MaxUnavailable.IntValue())
-	assert.Equal(t, s.Inputs(), dep.Annotations[AnnotationInputs])
+	assert.Equal(t, Rendered(dep), dep.Annotations[AnnotationInputs])
 
 	pod := dep.Spec.Template.Spec
 	assert.False(t, *pod.AutomountServiceAccountToken, "the control plane does not call its host")
@@ -305,14 +305,31 @@ func TestEtcdStatefulSet(t *testing.T) {
 }
 
 func TestInputs(t *testing.T) {
+	inputs := func(s *Spec) (string, string) {
+		return s.APIServerDeployment().Annotations[AnnotationInputs], s.EtcdStatefulSet().Annotations[AnnotationInputs]
+	}
 	a, b := testSpec(), testSpec()
-	assert.Equal(t, a.Inputs(), b.Inputs(), "the same inputs hash alike")
+	a1, a2 := inputs(a)
+	b1, b2 := inputs(b)
+	assert.Equal(t, a1, b1, "the same inputs hash alike")
+	assert.Equal(t, a2, b2)
 	b.Image = "cluster-provider/controlplane:v1.37.2"
-	assert.NotEqual(t, a.Inputs(), b.Inputs())
+	b1, b2 = inputs(b)
+	assert.NotEqual(t, a1, b1)
+	assert.NotEqual(t, a2, b2)
 	c := testSpec()
 	c.APIServer = *DefaultAPIServer.DeepCopy()
 	c.APIServer.Limits[corev1.ResourceMemory] = resource.MustParse("1Gi")
-	assert.NotEqual(t, a.Inputs(), c.Inputs())
+	c1, c2 := inputs(c)
+	assert.NotEqual(t, a1, c1)
+	assert.Equal(t, a2, c2, "etcd is not made from the API server's resources: it does not roll")
+
+	// The hash covers the rendered object, not only the Spec: a template change made by a new
+	// release (here: an argument) changes it, the annotation itself does not count.
+	dep := a.APIServerDeployment()
+	assert.Equal(t, dep.Annotations[AnnotationInputs], Rendered(dep))
+	dep.Spec.Template.Spec.InitContainers[0].Args = append(dep.Spec.Template.Spec.InitContainers[0].Args, "--v=4")
+	assert.NotEqual(t, a1, Rendered(dep))
 }
 
 func TestExternalService(t *testing.T) {

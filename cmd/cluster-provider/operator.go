@@ -270,8 +270,9 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 			}
 			return seedConfig(ctx, reader, seedNamespace, seed)
 		},
-		Notify: notify,
-		Logger: log.WithName("hosted"),
+		Notify:     notify,
+		MaxRolling: o.HostedMaxRolling,
+		Logger:     log.WithName("hosted"),
 	})
 	if err != nil {
 		return nil, err

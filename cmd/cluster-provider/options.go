@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/backend/local"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
@@ -91,6 +92,9 @@ type runOptions struct {
 	// HostedNamespace is --hosted-seed-namespace: where the seeds' kubeconfig Secrets are. Default:
 	// the pod's namespace.
 	HostedNamespace string
+	// HostedMaxRolling is --hosted-max-rolling: how many existing control planes roll at once.
+	// Default hosted.DefaultMaxRolling.
+	HostedMaxRolling int
 	// AccessNamespace is --access-namespace: the namespace, in every cluster, of the
 	// ServiceAccounts of token AccessRequests. Default openmcp-access.
 	AccessNamespace string
@@ -195,6 +199,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Run the Clusters of kind ProviderConfigs as kind clusters (needs a Docker engine next to the operator); their state goes to <state-dir>/kind.")
 	fs.BoolVar(&o.HostedBackend, "hosted-backend", false,
 		"Run the control planes of hosted ProviderConfigs as workloads (etcd StatefulSet, API server Deployment) in a namespace per Cluster of the platform cluster or of the ProviderConfig's seed; needs no state dir.")
+	fs.IntVar(&o.HostedMaxRolling, "hosted-max-rolling", hosted.DefaultMaxRolling,
+		"How many existing hosted control planes may roll at once (a new image or template, changed resources, renewed certificates, drift put back); the others wait their turn. Creations do not count.")
 	fs.StringVar(&o.HostedNamespace, "hosted-seed-namespace", "",
 		"Namespace of the seeds' kubeconfig Secrets (spec.hosted.seed.secretName); default: the operator pod's namespace.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
