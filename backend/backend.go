@@ -84,11 +84,22 @@ type Authenticator interface {
 	SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (applied bool, err error)
 }
 
-// ConfigVersions is implemented by a Backend whose versions depend on the ProviderConfig (kind:
-// its node images). Its Versions are then empty and VersionsFor says what a profile offers.
-type ConfigVersions interface {
-	// VersionsFor returns the versions the Backend runs for pc's Clusters, newest first.
-	VersionsFor(pc *providersv1alpha1.ProviderConfig) []string
+// Binder is implemented by a Backend whose clusters depend on their ProviderConfig (kind: its
+// node images; hosted: its images, seed, storage and exposure). The profile builder binds it once
+// per ProviderConfig spec (Bound): every reconciler of the profile then works with that one view
+// of the spec, and a spec change builds the profile, and so the view, anew. The bound Backend's
+// Versions are those the ProviderConfig offers; the unbound one's are empty.
+type Binder interface {
+	// Bind returns the Backend bound to pc; it keeps its own copy of pc.
+	Bind(pc *providersv1alpha1.ProviderConfig) Backend
+}
+
+// Bound is be bound to pc when it is a Binder, else be itself (nil stays nil).
+func Bound(be Backend, pc *providersv1alpha1.ProviderConfig) Backend {
+	if b, ok := be.(Binder); ok {
+		return b.Bind(pc)
+	}
+	return be
 }
 
 // State is what a Backend observes of one cluster.

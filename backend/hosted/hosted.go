@@ -47,7 +47,8 @@ type Options struct {
 	// Platform is the platform cluster: the host of every ProviderConfig without a seed.
 	// Required.
 	Platform *rest.Config
-	// Config returns the ProviderConfig of cl's profile. Required.
+	// Config returns the ProviderConfig of cl's profile, for a Backend used without Bind (tests);
+	// the operator binds it to each profile's ProviderConfig instead. Optional.
 	Config func(ctx context.Context, cl *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error)
 	// SeedConfig returns the rest.Config of a seed from its kubeconfig Secret. Required for
 	// ProviderConfigs with spec.hosted.seed.
@@ -89,7 +90,6 @@ type Backend struct {
 var (
 	_ backend.Backend        = &Backend{}
 	_ backend.Authenticator  = &Backend{}
-	_ backend.ConfigVersions = &Backend{}
 )
 
 // New checks opts and returns a Backend; it serves once started (Start).
@@ -97,8 +97,6 @@ func New(opts Options) (*Backend, error) {
 	switch {
 	case opts.Platform == nil:
 		return nil, errors.New("hosted backend: Options.Platform is nil")
-	case opts.Config == nil:
-		return nil, errors.New("hosted backend: Options.Config is nil")
 	}
 	if opts.ServiceCIDR == "" {
 		opts.ServiceCIDR = controlplane.DefaultServiceCIDR
@@ -122,11 +120,11 @@ func New(opts Options) (*Backend, error) {
 // Name returns "hosted".
 func (b *Backend) Name() string { return Name }
 
-// Versions is empty: the versions are those of each ProviderConfig's images (VersionsFor).
+// Versions is empty: the versions are those of each ProviderConfig's images (Bind).
 func (b *Backend) Versions() []string { return nil }
 
-// VersionsFor returns the versions pc has control-plane images for, newest first.
-func (b *Backend) VersionsFor(pc *providersv1alpha1.ProviderConfig) []string {
+// versionsFor returns the versions pc has control-plane images for, newest first.
+func (b *Backend) versionsFor(pc *providersv1alpha1.ProviderConfig) []string {
 	if pc.Spec.Hosted == nil {
 		return nil
 	}
@@ -155,10 +153,64 @@ func (b *Backend) Start(ctx context.Context) error {
 // rolling the control plane's image (etcd first, on its claim); a change of a control plane whose
 // etcd is on an emptyDir is refused (upgradeRefusal).
 func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
-	pc, err := b.opts.Config(ctx, cl)
+	pc, err := b.config(ctx, cl)
 	if err != nil {
 		return backend.State{}, err
 	}
+	return b.ensure(ctx, cl, want, pc)
+}
+
+// config reads the ProviderConfig of cl's profile, for a Backend used without Bind.
+func (b *Backend) config(ctx context.Context, cl *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error) {
+	if b.opts.Config == nil {
+		return nil, fmt.Errorf("the hosted backend is used without a ProviderConfig for %s: bind it to its profile's (Bind)", backend.RefOf(cl))
+	}
+	return b.opts.Config(ctx, cl)
+}
+
+// Bound is the Backend bound to one ProviderConfig: the profile builder binds it once per spec,
+// so every reconciler of the profile works with the same view of the spec, and nothing is read
+// again on each call.
+type Bound struct {
+	*Backend
+	pc *providersv1alpha1.ProviderConfig
+}
+
+var (
+	_ backend.Binder        = &Backend{}
+	_ backend.Authenticator = &Bound{}
+)
+
+// Bind returns the Backend bound to pc.
+func (b *Backend) Bind(pc *providersv1alpha1.ProviderConfig) backend.Backend {
+	return &Bound{Backend: b, pc: pc.DeepCopy()}
+}
+
+// Versions are those pc has control-plane images for, newest first.
+func (v *Bound) Versions() []string { return v.Backend.versionsFor(v.pc) }
+
+// Ensure is Backend.Ensure with the bound ProviderConfig.
+func (v *Bound) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
+	return v.Backend.ensure(ctx, cl, want, v.pc)
+}
+
+// Delete is Backend.Delete with the bound ProviderConfig.
+func (v *Bound) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
+	return v.Backend.delete(ctx, cl, v.pc)
+}
+
+// AdminConfig is Backend.AdminConfig with the bound ProviderConfig.
+func (v *Bound) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	return v.Backend.adminConfig(ctx, cl, v.pc)
+}
+
+// SetJWTAuthenticators is Backend.SetJWTAuthenticators with the bound ProviderConfig.
+func (v *Bound) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
+	return v.Backend.setJWTAuthenticators(ctx, cl, jwt, v.pc)
+}
+
+// ensure is Ensure with cl's ProviderConfig pc.
+func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want, pc *providersv1alpha1.ProviderConfig) (backend.State, error) {
 	settings := pc.Spec.Hosted
 	if settings == nil {
 		settings = &providersv1alpha1.HostedBackendConfig{}
@@ -648,8 +700,17 @@ func podProblem(pods []corev1.Pod, component string) string {
 
 // Delete deletes cl's namespace in its host cluster; it is gone when the namespace is.
 func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
+	pc, err := b.config(ctx, cl)
+	if err != nil {
+		pc = &providersv1alpha1.ProviderConfig{} // gone: look on the status's seed and the platform
+	}
+	return b.delete(ctx, cl, pc)
+}
+
+// delete is Delete with cl's ProviderConfig pc.
+func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (bool, error) {
 	var seed *providersv1alpha1.SeedRef
-	if pc, err := b.opts.Config(ctx, cl); err == nil && pc.Spec.Hosted != nil {
+	if pc.Spec.Hosted != nil {
 		seed = pc.Spec.Hosted.Seed
 	}
 	h, _, found, err := b.locate(ctx, cl, seed)
@@ -688,13 +749,22 @@ func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 
 // AdminConfig returns the operator's rest.Config for cl's API server.
 func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
+	pc, err := b.config(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	return b.adminConfig(ctx, cl, pc)
+}
+
+// adminConfig is AdminConfig with cl's ProviderConfig pc.
+func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (*rest.Config, error) {
 	b.mu.Lock()
 	cfg := b.admin[cl.UID]
 	b.mu.Unlock()
 	if cfg != nil {
 		return rest.CopyConfig(cfg), nil
 	}
-	if _, err := b.Ensure(ctx, cl, backend.Want{}); err != nil {
+	if _, err := b.ensure(ctx, cl, backend.Want{}, pc); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()
@@ -709,11 +779,16 @@ func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster)
 // SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the
 // kubelet refresh the API server pods' copy at once, and reports whether the API server runs with it.
 func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
-	data, err := authconfig.Render(jwt)
+	pc, err := b.config(ctx, cl)
 	if err != nil {
 		return false, err
 	}
-	pc, err := b.opts.Config(ctx, cl)
+	return b.setJWTAuthenticators(ctx, cl, jwt, pc)
+}
+
+// setJWTAuthenticators is SetJWTAuthenticators with cl's ProviderConfig pc.
+func (b *Backend) setJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator, pc *providersv1alpha1.ProviderConfig) (bool, error) {
+	data, err := authconfig.Render(jwt)
 	if err != nil {
 		return false, err
 	}
@@ -758,7 +833,7 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 			return false, fmt.Errorf("annotating pod %s/%s: %w", ns, p.Name, err)
 		}
 	}
-	cfg, err := b.AdminConfig(ctx, cl)
+	cfg, err := b.adminConfig(ctx, cl, pc)
 	if err != nil {
 		return false, err
 	}

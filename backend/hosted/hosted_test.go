@@ -666,3 +666,26 @@ func TestDriftAndBoundedRolling(t *testing.T) {
 		assert.NotEqual(t, before[b.UID], get(t, &appsv1.Deployment{}, NamespaceFor(b.UID), NameAPIServer).Annotations[AnnotationInputs], "then b rolls")
 	})
 }
+
+// TestBind: the operator binds the backend to each profile's ProviderConfig: the bound view
+// offers its images' versions and makes control planes from the spec it was bound with, without
+// reading the ProviderConfig again; unbound and without Options.Config it says what is missing.
+func TestBind(t *testing.T) {
+	h := startBackendWith(t, func(o *Options) { o.Config = nil })
+	pc := h.pc.DeepCopy()
+	pc.Spec.Hosted.Images["1.36.3"] = "cluster-provider/controlplane:v1.36.3"
+	v := h.b.Bind(pc)
+	assert.Equal(t, []string{"1.37.1", "1.36.3"}, v.Versions())
+	assert.Empty(t, h.b.Versions())
+	pc.Spec.Hosted.Images["1.37.1"] = "changed-after-binding"
+
+	cl := newCluster("bound")
+	_, err := v.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	require.NoError(t, err)
+	assert.Equal(t, image1, record(t, cl).Image, "the spec as bound")
+	_, err = h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	assert.ErrorContains(t, err, "bind it")
+	gone, err := v.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	assert.False(t, gone, "its namespace is being deleted")
+}

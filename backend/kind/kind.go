@@ -58,7 +58,8 @@ type Options struct {
 	Create func(ctx context.Context, name string, o CreateOptions) error
 	// StateDir holds a folder per Cluster (its authentication configuration). Required.
 	StateDir string
-	// NodeImage returns the node image of version for cl, from its ProviderConfig. Required.
+	// NodeImage returns the node image of version for cl, for a Backend used without Bind (tests);
+	// the operator binds it to each profile's ProviderConfig instead. Optional.
 	NodeImage func(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (string, error)
 	// Notify is told when a cluster's creation ends. Optional.
 	Notify backend.Notify
@@ -82,7 +83,6 @@ type Backend struct {
 var (
 	_ backend.Backend        = &Backend{}
 	_ backend.Authenticator  = &Backend{}
-	_ backend.ConfigVersions = &Backend{}
 )
 
 // New checks opts and returns a Backend.
@@ -90,8 +90,6 @@ func New(opts Options) (*Backend, error) {
 	switch {
 	case opts.StateDir == "":
 		return nil, errors.New("kind backend: --state-dir is empty")
-	case opts.NodeImage == nil:
-		return nil, errors.New("kind backend: Options.NodeImage is nil")
 	}
 	dir, err := filepath.Abs(opts.StateDir)
 	if err != nil {
@@ -121,15 +119,41 @@ func New(opts Options) (*Backend, error) {
 func (b *Backend) Name() string { return Name }
 
 // Versions is empty: a kind backend runs the versions each ProviderConfig has node images for
-// (VersionsFor).
+// (Bind).
 func (b *Backend) Versions() []string { return nil }
 
-// VersionsFor returns the versions pc has node images for, newest first.
-func (b *Backend) VersionsFor(pc *providersv1alpha1.ProviderConfig) []string {
-	if pc.Spec.Kind == nil {
-		return nil
+// Bound is the Backend bound to one ProviderConfig: its node images.
+type Bound struct {
+	*Backend
+	pcName string
+	images map[string]string
+}
+
+var _ backend.Binder = &Backend{}
+
+// Bind returns the Backend bound to pc: it offers, and creates clusters from, pc's node images.
+func (b *Backend) Bind(pc *providersv1alpha1.ProviderConfig) backend.Backend {
+	v := &Bound{Backend: b, pcName: pc.Name, images: map[string]string{}}
+	if pc.Spec.Kind != nil {
+		for k, img := range pc.Spec.Kind.NodeImages {
+			v.images[k] = img
+		}
 	}
-	return backend.ImageVersions(pc.Spec.Kind.NodeImages)
+	return v
+}
+
+// Versions are those the ProviderConfig has node images for, newest first.
+func (v *Bound) Versions() []string { return backend.ImageVersions(v.images) }
+
+// Ensure is Backend.Ensure with the bound node images.
+func (v *Bound) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
+	return v.Backend.ensure(ctx, cl, want, func(_ context.Context, _ *clustersv1alpha1.Cluster, version string) (string, error) {
+		if image, ok := backend.ImageFor(v.images, version); ok {
+			return image, nil
+		}
+		return "", backend.Errorf(backend.ReasonVersionNotSupported,
+			"ProviderConfig %s has no node image for Kubernetes %s in spec.kind.nodeImages; add one (make kind-image builds one)", v.pcName, version)
+	})
 }
 
 // ClusterName is the kind cluster of the Cluster with uid: "cp-" and the UID's first 20 hex
@@ -149,6 +173,15 @@ func ClusterName(uid types.UID) string {
 // made before the record are recorded from their API server's answer). kind cannot change a
 // node's version: every change is refused, and the cluster keeps running.
 func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
+	if b.opts.NodeImage == nil {
+		return backend.State{}, fmt.Errorf("the kind backend is used without node images for %s: bind it to its profile's ProviderConfig (Bind)", backend.RefOf(cl))
+	}
+	return b.ensure(ctx, cl, want, b.opts.NodeImage)
+}
+
+// ensure is Ensure with the node images of nodeImage.
+func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want,
+	nodeImage func(context.Context, *clustersv1alpha1.Cluster, string) (string, error)) (backend.State, error) {
 	name := ClusterName(cl.UID)
 	b.mu.Lock()
 	creating, failed := b.creating[cl.UID], b.failed[cl.UID]
@@ -172,7 +205,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		if err != nil {
 			return backend.State{}, err
 		}
-		image, err := b.opts.NodeImage(ctx, cl, version)
+		image, err := nodeImage(ctx, cl, version)
 		if err != nil {
 			return backend.State{}, err
 		}

@@ -185,13 +185,44 @@ func TestEnsureUnservedVersion(t *testing.T) {
 	assert.Empty(t, f.creates)
 }
 
-func TestVersionsFor(t *testing.T) {
-	b := newTestBackend(t, &fakeProvider{}, make(chan backend.Ref))
-	pc := &providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{Kind: &providersv1alpha1.KindBackendConfig{
+// TestBind: bound to a ProviderConfig, the backend offers its node images' versions and creates
+// clusters from them, with no callback: the profile's one view of the spec.
+func TestBind(t *testing.T) {
+	f := &fakeProvider{release: make(chan struct{})}
+	close(f.release)
+	created := make(chan string, 1)
+	b, err := New(Options{
+		Provider: f,
+		Create: func(_ context.Context, name string, o CreateOptions) error {
+			created <- o.Image
+			return f.Create(name)
+		},
+		StateDir: t.TempDir(),
+		Probe:    func(context.Context, *rest.Config) error { return nil },
+	})
+	require.NoError(t, err)
+	pc := &providersv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "kind"}, Spec: providersv1alpha1.ProviderConfigSpec{Kind: &providersv1alpha1.KindBackendConfig{
 		NodeImages: map[string]string{"1.36.3": "a", "v1.37.1": "b"},
 	}}}
-	assert.Equal(t, []string{"1.37.1", "1.36.3"}, b.VersionsFor(pc))
-	assert.Empty(t, b.VersionsFor(&providersv1alpha1.ProviderConfig{}))
+	bound := b.Bind(pc)
+	assert.Equal(t, []string{"1.37.1", "1.36.3"}, bound.Versions())
+	assert.Empty(t, b.Bind(&providersv1alpha1.ProviderConfig{}).Versions())
+	assert.Empty(t, b.Versions(), "unbound: nothing")
+
+	pc.Spec.Kind.NodeImages["1.37.1"] = "changed" // the view is the one bound
+	_, err = bound.Ensure(t.Context(), testCluster("1d4f0b0e-6a1c-4d9e-8f5a-0b1c2d3e4f50"), backend.Want{Version: "1.37.1"})
+	require.NoError(t, err)
+	select {
+	case image := <-created:
+		assert.Equal(t, "b", image)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no creation")
+	}
+	_, err = bound.Ensure(t.Context(), testCluster("2d4f0b0e-6a1c-4d9e-8f5a-0b1c2d3e4f50"), backend.Want{Version: "1.35.0"})
+	assert.True(t, backend.IsReason(err, backend.ReasonVersionNotSupported), "%v", err)
+	assert.Contains(t, err.Error(), "ProviderConfig kind has no node image for Kubernetes 1.35.0")
+	_, err = b.Ensure(t.Context(), testCluster("3d4f0b0e-6a1c-4d9e-8f5a-0b1c2d3e4f50"), backend.Want{Version: "1.37.1"})
+	assert.ErrorContains(t, err, "bind it", "unbound, without NodeImage: says what is missing")
 }
 
 func TestClusterConfig(t *testing.T) {

@@ -105,7 +105,7 @@ type Builder struct {
 // Build returns the profile named name serving pc: its reconcilers and the hash of pc's spec, so
 // that a spec change restarts them.
 func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manager.Profile {
-	be := b.Backends.Get(string(pc.Spec.Backend))
+	be := backend.Bound(b.Backends.Get(string(pc.Spec.Backend)), pc)
 	scope := kit.ProfileScope{
 		Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
 		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be), OIDC: pc.Spec.OIDC.DeepCopy(),
@@ -124,9 +124,7 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 // serves for pc (every served one when none is wanted). A nil be serves nothing.
 func OfferOf(pc *providersv1alpha1.ProviderConfig, be backend.Backend) backend.Offer {
 	var served []string
-	if cv, ok := be.(backend.ConfigVersions); ok {
-		served = cv.VersionsFor(pc)
-	} else if be != nil {
+	if be = backend.Bound(be, pc); be != nil {
 		served = be.Versions()
 	}
 	return backend.NewOffer(pc.Spec.SupportedVersions, pc.Spec.DefaultVersion, served)
