@@ -81,8 +81,8 @@ type Backend struct {
 }
 
 var (
-	_ backend.Backend        = &Backend{}
-	_ backend.Authenticator  = &Backend{}
+	_ backend.Backend       = &Backend{}
+	_ backend.Authenticator = &Backend{}
 )
 
 // New checks opts and returns a Backend.
