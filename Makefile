@@ -119,6 +119,13 @@ CONTROLPLANE_IMAGE ?= cluster-provider/controlplane:v$(K8S_VERSION)
 controlplane-image: docker-check envtest ## Build the hosted backend's control-plane image $(CONTROLPLANE_IMAGE) FROM scratch, nothing pulled.
 	ENVTEST_ASSETS=$(ENVTEST_ASSETS) hack/controlplane-image.sh $(CONTROLPLANE_IMAGE)
 
+# The previous minor's control-plane image: make e2e-kind upgrades a hosted Cluster from it.
+CONTROLPLANE_PREV_IMAGE ?= cluster-provider/controlplane:v$(PREV_K8S_VERSION)
+
+.PHONY: controlplane-image-prev
+controlplane-image-prev: docker-check envtest-prev ## Build $(CONTROLPLANE_PREV_IMAGE) from the previous minor's binaries (make envtest-prev), nothing pulled.
+	ENVTEST_ASSETS=$(PREV_ASSETS) hack/controlplane-image.sh $(CONTROLPLANE_PREV_IMAGE)
+
 KIND_NODE_IMAGE ?= cluster-provider/kind-node:v$(K8S_VERSION)
 
 .PHONY: kind-image
@@ -137,8 +144,9 @@ kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container
 	hack/kind-smoke.sh
 
 .PHONY: e2e-kind
-e2e-kind: docker-check kind-image image controlplane-image ## kind platform from the offline node image, deploy, scenario suite; the hosted backend; then the kind backend (needs a Docker engine).
-	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) CONTROLPLANE_IMAGE=$(CONTROLPLANE_IMAGE) KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
+e2e-kind: docker-check kind-image image controlplane-image controlplane-image-prev ## kind platform from the offline node image, deploy, scenario suite; the hosted backend (an upgrade among its tests); then the kind backend (needs a Docker engine).
+	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) CONTROLPLANE_IMAGE=$(CONTROLPLANE_IMAGE) CONTROLPLANE_PREV_IMAGE=$(CONTROLPLANE_PREV_IMAGE) \
+	  KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
 
 ##@ Tools
 

@@ -24,7 +24,9 @@
 #      (the scenario suite against a hosted profile, clients reaching the NodePorts from this
 #      machine); then deploy/hosted with TestHostedOnKind (ten Clusters spread over the workers, the
 #      operator's pods deleted and rolled to another image under polling clients, control-plane
-#      pods deleted, figures);
+#      pods deleted, figures) and TestHostedUpgradeOnKind (a Cluster made from
+#      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
+#      a downgrade refused);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -35,6 +37,7 @@ KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
 KIND_WORKERS=${KIND_WORKERS:-2}
 IMAGE=${IMAGE:-cluster-provider:dev}
 CONTROLPLANE_IMAGE=${CONTROLPLANE_IMAGE:?CONTROLPLANE_IMAGE: the control-plane image of make controlplane-image}
+CONTROLPLANE_PREV_IMAGE=${CONTROLPLANE_PREV_IMAGE:?CONTROLPLANE_PREV_IMAGE: the previous minor's control-plane image of make controlplane-image-prev}
 # The operator image of the hosted run's rollout: the same image under another name.
 NEXT_IMAGE=${IMAGE%%:*}:e2e-next
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:?KIND_NODE_IMAGE: the node image of make kind-image}
@@ -68,9 +71,9 @@ trap cleanup EXIT
 start=$SECONDS
 say "Creating kind cluster $KIND_CLUSTER from $KIND_NODE_IMAGE"
 "$bin/kindcluster" create --name "$KIND_CLUSTER" --image "$KIND_NODE_IMAGE" --kubeconfig "$kubeconfig" --workers "$KIND_WORKERS"
-say "Loading $IMAGE, $NEXT_IMAGE and $CONTROLPLANE_IMAGE into $KIND_CLUSTER"
+say "Loading $IMAGE, $NEXT_IMAGE, $CONTROLPLANE_IMAGE and $CONTROLPLANE_PREV_IMAGE into $KIND_CLUSTER"
 docker tag "$IMAGE" "$NEXT_IMAGE"
-"$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE" "$NEXT_IMAGE" "$CONTROLPLANE_IMAGE"
+"$bin/kindcluster" load --name "$KIND_CLUSTER" "$IMAGE" "$NEXT_IMAGE" "$CONTROLPLANE_IMAGE" "$CONTROLPLANE_PREV_IMAGE"
 
 # deploy/default keeps the clusters' state on a claim. A node image made offline has no volume
 # provisioner, so a local PersistentVolume on a node the operator may run on (the worker: kind
@@ -199,7 +202,8 @@ kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
 kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
-  go test ./test/e2e/ -run '^TestHostedOnKind$' -count=1 -v -timeout 40m
+  E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
+  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind)$' -count=1 -v -timeout 40m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

@@ -1,0 +1,140 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// TestHostedUpgradeOnKind upgrades a hosted control plane in place on the kind platform (issue 31):
+// a Cluster made at the previous minor (control-plane image E2E_CONTROLPLANE_PREV_IMAGE), etcd on
+// a claim, with data and a token AccessRequest, moved to the current minor by
+// spec.kubernetes.version while a client polls it every 200 ms with the kubeconfig issued before:
+// the Cluster says Upgrading, then runs the new version (label, condition, /version), the data and
+// the kubeconfig still work; then a downgrade is refused and the cluster keeps serving.
+func TestHostedUpgradeOnKind(t *testing.T) {
+	c, _, pc := hostedTarget(t)
+	prevImage := os.Getenv("E2E_CONTROLPLANE_PREV_IMAGE")
+	if prevImage == "" {
+		testenv.MissingTool(t, "the previous minor's control-plane image (E2E_CONTROLPLANE_PREV_IMAGE, set by make e2e-kind)", os.ErrNotExist)
+	}
+	ctx := context.Background()
+	versionOf := func(image string) string { return strings.TrimPrefix(image[strings.LastIndex(image, ":")+1:], "v") }
+	prev, cur := versionOf(prevImage), versionOf(os.Getenv("E2E_CONTROLPLANE_IMAGE"))
+	pc = pc.DeepCopy()
+	pc.GenerateName = "hosted-upgrade-"
+	pc.Spec.Hosted.Images[prev] = prevImage
+	require.NoError(t, c.Create(ctx, pc))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pc) })
+	profile := envOr("E2E_ENVIRONMENT", "default") + "." + envOr("E2E_PROVIDER_NAME", "local") + "." + pc.Name
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "hosted-upgrade-"}}
+	require.NoError(t, c.Create(ctx, ns))
+	require.Eventually(t, func() bool {
+		return c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{}) == nil
+	}, time.Minute, poll, "ClusterProfile %s", profile)
+
+	cl := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "upgraded"},
+		Spec: clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive,
+			Kubernetes: clustersv1alpha1.K8sConfiguration{Version: prev}},
+	}
+	require.NoError(t, c.Create(ctx, cl))
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), cl)
+		hostedGone(t, c, cl.UID)
+	})
+	runs := func(version string) func(ct *assert.CollectT) {
+		return func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+			assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
+			assert.Equal(ct, cl.Generation, cl.Status.ObservedGeneration)
+			assert.Equal(ct, version, cl.Labels[clustersv1alpha1.K8sVersionLabel])
+			if cond := meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionVersionUpToDate); assert.NotNil(ct, cond) {
+				assert.Equal(ct, metav1.ConditionTrue, cond.Status, cond.Message)
+			}
+		}
+	}
+	require.EventuallyWithT(t, runs(prev), 5*time.Minute, poll, "Ready at %s", prev)
+
+	admin := hostedAdmin(t, c, cl)
+	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"written-at": prev}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: cl.Name},
+		Spec: clustersv1alpha1.AccessRequestSpec{
+			ClusterRef: &common.ObjectReference{Name: cl.Name, Namespace: ns.Name},
+			Token: &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
+			}}},
+		},
+	}
+	require.NoError(t, c.Create(ctx, ar))
+	user := grantedClient(t, c, ar)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		assert.NoError(ct, err)
+	}, time.Minute, poll, "the kubeconfig answers from this machine")
+
+	// The upgrade, polled.
+	polled := startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
+	start := time.Now()
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+	cl.Spec.Kubernetes.Version = cur
+	require.NoError(t, c.Update(ctx, cl))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		cond := meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionVersionUpToDate)
+		if assert.NotNil(ct, cond) && cond.Status == metav1.ConditionFalse {
+			assert.Equal(ct, backend.ReasonUpgrading, cond.Reason, cond.Message)
+		}
+	}, 2*time.Minute, poll, "no refusal: the upgrade is allowed")
+	require.EventuallyWithT(t, runs(cur), 10*time.Minute, poll, "Ready at %s", cur)
+	took := time.Since(start)
+	during := summarize(polled.stop())
+	t.Logf("FIGURE hosted upgrade %s -> %s in place (etcd on a claim): Ready at %s after %.1f s; a client polling every 200 ms with the kubeconfig issued before: %s",
+		prev, cur, cur, took.Seconds(), during)
+	version, err := admin.Discovery().ServerVersion()
+	require.NoError(t, err)
+	assert.Equal(t, "v"+cur, version.GitVersion)
+	kept, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+	require.NoError(t, err, "the data written before the upgrade")
+	assert.Equal(t, prev, kept.Data["written-at"])
+	_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	require.NoError(t, err, "the kubeconfig issued before the upgrade works after it")
+
+	// A downgrade is refused; the cluster keeps serving its version.
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+	cl.Spec.Kubernetes.Version = prev
+	require.NoError(t, c.Update(ctx, cl))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		assert.Equal(ct, cl.Generation, cl.Status.ObservedGeneration)
+		cond := meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionVersionUpToDate)
+		if assert.NotNil(ct, cond) {
+			assert.Equal(ct, backend.ReasonVersionChangeRefused, cond.Reason)
+			assert.Contains(ct, cond.Message, "downgrade from "+cur+" to "+prev+" is refused")
+		}
+		assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
+		assert.Equal(ct, cur, cl.Labels[clustersv1alpha1.K8sVersionLabel])
+	}, 2*time.Minute, poll, "the downgrade refused")
+	_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	require.NoError(t, err, "still serving")
+}
