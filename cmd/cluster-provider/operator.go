@@ -231,6 +231,7 @@ func newBackends(mgr ctrl.Manager, engine *manager.Engine, o *runOptions, bins [
 		AdvertiseHost: o.LocalAdvertiseHost,
 		MaxClusters:   o.LocalMaxClusters,
 		ServiceCIDR:   o.LocalServiceCIDR,
+		Certificates:  o.Certificates,
 		Notify:        notify,
 		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
 			list := &clustersv1alpha1.ClusterList{}
@@ -268,9 +269,10 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 			}
 			return seedConfig(ctx, reader, seedNamespace, seed)
 		},
-		Notify:     notify,
-		MaxRolling: o.HostedMaxRolling,
-		Logger:     log.WithName("hosted"),
+		Notify:       notify,
+		MaxRolling:   o.HostedMaxRolling,
+		Certificates: o.Certificates,
+		Logger:       log.WithName("hosted"),
 	})
 	if err != nil {
 		return nil, err

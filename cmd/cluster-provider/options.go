@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/backend/local"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
@@ -100,6 +101,9 @@ type runOptions struct {
 	AccessNamespace string
 	// TokenValidity is --token-validity: how long a granted token is valid. Default 720h.
 	TokenValidity time.Duration
+	// Certificates are --certificate-validity and --certificate-renew-before: the lifetime of the
+	// clusters' leaf certificates (local and hosted). Default a year, renewed 30 days before.
+	Certificates certs.Lifetime
 	// Zap holds the --zap-* logging flags.
 	Zap zap.Options
 }
@@ -205,6 +209,10 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Namespace of the seeds' kubeconfig Secrets (spec.hosted.seed.secretName); default: the operator pod's namespace.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,
 		"Namespace, in every cluster, of the ServiceAccounts of token AccessRequests; created if missing.")
+	fs.DurationVar(&o.Certificates.Validity, "certificate-validity", certs.LeafValidity,
+		"How long the clusters' leaf certificates (API server serving, etcd, controller manager, the operator's admin) are valid; local and hosted clusters. The CAs are not affected.")
+	fs.DurationVar(&o.Certificates.RenewBefore, "certificate-renew-before", certs.RenewBefore,
+		"How long before its end a leaf certificate is issued anew, by the same CA, while the cluster runs; less than --certificate-validity.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,
 		"How long a granted token is valid (an AccessRequest's spec.ttl may end it sooner); a new one replaces it after 80% of that. At least 10m.")
 	o.Zap.BindFlags(fs)
@@ -258,6 +266,13 @@ func (o *runOptions) validate() error {
 		errs = append(errs, errors.New("--state-dir must not be empty when --local-binaries is set"))
 	}
 	errs = append(errs, dnsLabel("--access-namespace", o.AccessNamespace))
+	if o.Certificates.Validity <= 0 || o.Certificates.RenewBefore <= 0 || o.Certificates.RenewBefore >= o.Certificates.Validity {
+		errs = append(errs, fmt.Errorf("--certificate-renew-before %s must be positive and less than --certificate-validity %s",
+			o.Certificates.RenewBefore, o.Certificates.Validity))
+	}
+	if o.HostedMaxRolling < 1 {
+		errs = append(errs, fmt.Errorf("--hosted-max-rolling %d: must be at least 1", o.HostedMaxRolling))
+	}
 	if o.TokenValidity < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--token-validity %s: must be at least 10m, the shortest validity the TokenRequest API grants", o.TokenValidity))
 	}

@@ -42,6 +42,17 @@ func TestParseRunOptions(t *testing.T) {
 				assert.Equal(t, "198.18.0.0/16", o.LocalServiceCIDR, "a range platforms do not use")
 				assert.Equal(t, []time.Duration{137 * time.Second, 107 * time.Second, 26 * time.Second},
 					[]time.Duration{o.LeaseDuration, o.RenewDeadline, o.RetryPeriod})
+				assert.Equal(t, 365*24*time.Hour, o.Certificates.Validity, "a year")
+				assert.Equal(t, 30*24*time.Hour, o.Certificates.RenewBefore)
+				assert.Equal(t, 2, o.HostedMaxRolling)
+			},
+		},
+		"certificates and rolling": {
+			args: []string{"--provider-name=x", "--certificate-validity=10m", "--certificate-renew-before=9m", "--hosted-max-rolling=5"},
+			want: func(t *testing.T, o *runOptions) {
+				assert.Equal(t, 10*time.Minute, o.Certificates.Validity)
+				assert.Equal(t, 9*time.Minute, o.Certificates.RenewBefore)
+				assert.Equal(t, 5, o.HostedMaxRolling)
 			},
 		},
 		"short lease": {
@@ -99,6 +110,9 @@ func TestParseRunOptions(t *testing.T) {
 		"positional argument":          {args: []string{"--provider-name=x", "extra"}, wantErr: []string{`unexpected argument "extra"`}},
 		"service range not a CIDR":     {args: []string{"--provider-name=x", "--local-service-cidr=10.96.0.1"}, wantErr: []string{`--local-service-cidr "10.96.0.1" is not a CIDR`}},
 		"service range too large":      {args: []string{"--provider-name=x", "--local-service-cidr=10.0.0.0/8"}, wantErr: []string{`--local-service-cidr "10.0.0.0/8": the prefix must be from /12 to /29`}},
+		"renewal not before the end": {args: []string{"--provider-name=x", "--certificate-validity=1h", "--certificate-renew-before=2h"},
+			wantErr: []string{"--certificate-renew-before 2h0m0s must be positive and less than --certificate-validity 1h0m0s"}},
+		"rolling not positive": {args: []string{"--provider-name=x", "--hosted-max-rolling=0"}, wantErr: []string{"--hosted-max-rolling 0: must be at least 1"}},
 		"every problem is reported": {
 			args:    []string{"--provider-name=X", "--environment=Y", "--controllers=z"},
 			wantErr: []string{"--provider-name", "--environment", "--controllers"},
