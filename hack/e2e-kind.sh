@@ -37,7 +37,7 @@ KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
 KIND_WORKERS=${KIND_WORKERS:-2}
 IMAGE=${IMAGE:-cluster-provider:dev}
 CONTROLPLANE_IMAGE=${CONTROLPLANE_IMAGE:?CONTROLPLANE_IMAGE: the control-plane image of make controlplane-image}
-CONTROLPLANE_PREV_IMAGE=${CONTROLPLANE_PREV_IMAGE:?CONTROLPLANE_PREV_IMAGE: the previous minor's control-plane image of make controlplane-image-prev}
+CONTROLPLANE_PREV_IMAGE=${CONTROLPLANE_PREV_IMAGE:?CONTROLPLANE_PREV_IMAGE: the control-plane image of make controlplane-image-prev}
 # The operator image of the hosted run's rollout: the same image under another name.
 NEXT_IMAGE=${IMAGE%%:*}:e2e-next
 KIND_NODE_IMAGE=${KIND_NODE_IMAGE:?KIND_NODE_IMAGE: the node image of make kind-image}
