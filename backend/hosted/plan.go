@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -574,8 +575,16 @@ func apiServerArgs(namespace, serviceCIDR string) []string {
 		"--advertise-address=$(POD_IP)",
 		"--endpoint-reconciler-type=lease",
 		"--watch-cache=false",
+		// A rollout (blue/green: a renewal, an image, resources) deletes the old pod once the new
+		// one is ready: the old API server keeps serving while the Services stop sending it new
+		// connections, and only then closes its listener, so no client sees a refused connection.
+		"--shutdown-delay-duration="+shutdownDelay.String(),
 	)
 }
+
+// shutdownDelay is how long an API server being stopped keeps serving (--shutdown-delay-duration);
+// the pod's grace period leaves it time to finish its requests after that.
+const shutdownDelay = 10 * time.Second
 
 // controllerManagerArgs are kube-controller-manager's flags: those of a local cluster's, with
 // leader election (a rollout runs two for a moment) and its health port open to the kubelet.

@@ -208,6 +208,8 @@ func TestAPIServerDeployment(t *testing.T) {
 	assert.Equal(t, []string{"/usr/local/bin/kube-apiserver"}, api.Command)
 	f := flags(t, api.Args)
 	assert.Equal(t, "https://etcd."+s.Namespace+".svc:2379", f["--etcd-servers"])
+	assert.Equal(t, "10s", f["--shutdown-delay-duration"], "a rolled-out API server serves on while the Services forget it")
+	assert.Greater(t, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds, int64(10), "and has time to finish after that")
 	assert.Equal(t, "/etc/kubernetes/pki/etcd-client.crt", f["--etcd-certfile"])
 	assert.Equal(t, "198.18.0.0/16", f["--service-cluster-ip-range"])
 	assert.Equal(t, "/etc/kubernetes/authn/authn.yaml", f["--authentication-config"])
