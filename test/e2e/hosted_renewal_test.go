@@ -136,4 +136,3 @@ func servingNotAfter(endpoint string) (time.Time, error) {
 }
 
 var netDialer = net.Dialer{Timeout: 10 * time.Second}
-
