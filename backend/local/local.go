@@ -318,6 +318,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			return backend.State{}, err
 		}
 		m.Version, change = target, b.checkChangeLocked(ch)
+		if change != nil && change.Refused {
+			m.Version = change.From // refused here: the cluster starts as it ran
+		}
 		if change != nil && !change.Refused {
 			// The cluster does not run: it starts with the new version's binaries at once.
 			b.upgrades[cl.UID] = &upgrade{change: change}

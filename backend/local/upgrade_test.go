@@ -215,6 +215,20 @@ func TestUpgradePreviousMinor(t *testing.T) {
 		s := h2.awaitWant(cl, backend.Want{Version: prev.Version}, "adopted", ready)
 		assert.Equal(t, cur.Version, s.Runs, "the record wins over the default")
 		assert.Nil(t, s.VersionChange)
+
+		// Restarted again, now asked for a version whose etcd would skip a line: refused, and
+		// the cluster starts as it ran.
+		h2.stop()
+		next := Binaries{Dir: cur.Dir, Version: "1.38.0", EtcdVersion: "3.9.0"}
+		h3 := startBackendWith(t, []Binaries{prev, cur, next}, filepath.Dir(h.b.Dir(cl.UID)), 1, cl)
+		s = h3.awaitWant(cl, backend.Want{Version: next.Version, Requested: next.Version}, "refused at adoption", ready)
+		require.NotNil(t, s.VersionChange)
+		assert.True(t, s.VersionChange.Refused)
+		assert.Contains(t, s.VersionChange.Message, "etcd moves one release line at a time")
+		assert.Equal(t, cur.Version, s.Runs)
+		m, err := readMeta(h.b.Dir(cl.UID))
+		require.NoError(t, err)
+		assert.Equal(t, cur.Version, m.Version, "the record keeps what runs")
 	})
 }
 
