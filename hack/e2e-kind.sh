@@ -26,7 +26,8 @@
 #      operator's pods deleted and rolled to another image under polling clients, control-plane
 #      pods deleted, figures) and TestHostedUpgradeOnKind (a Cluster made from
 #      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
-#      a downgrade refused);
+#      a downgrade refused) and TestHostedRenewalOnKind (the operator with 10-minute certificates:
+#      a renewal rolls an API server under a polling client without a failed request);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -203,7 +204,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind)$' -count=1 -v -timeout 40m
+  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind)$' -count=1 -v -timeout 40m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 
