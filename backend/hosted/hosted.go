@@ -62,6 +62,8 @@ type Options struct {
 	Notify backend.Notify
 	// Probe checks that the API server behind cfg serves. Default: GET /readyz.
 	Probe func(ctx context.Context, cfg *rest.Config) error
+	// Version reads the version the API server behind cfg reports. Default: GET /version.
+	Version func(ctx context.Context, cfg *rest.Config) (string, error)
 	// MaxRolling is how many existing control planes may roll at once (--hosted-max-rolling): a
 	// change that reaches many (a new release's template, a ProviderConfig's resources) rolls them
 	// a few at a time, never the whole fleet together. Creations do not count. Default 2.
@@ -106,6 +108,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.Probe == nil {
 		opts.Probe = backend.ProbeReadyz
+	}
+	if opts.Version == nil {
+		opts.Version = backend.ServerVersion
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -331,8 +336,8 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	switch {
 	case change != nil && change.Refused:
 		st.VersionChange = change
-	case ps.UpgradeFrom != "" && st.Ready && backend.SameVersion(st.Version, ps.Version):
-		ps.UpgradeFrom = "" // done: the rolled API server serves the new version
+	case ps.UpgradeFrom != "" && st.Ready && backend.SameVersion(st.Version, ps.Version) && !oldAPIServers(ctx, h, s):
+		ps.UpgradeFrom = "" // done: the rolled API server serves the new version, and no old one does
 		st.ProviderStatus = ps
 		if err := writeRecord(ctx, h, s, ps); err != nil {
 			return backend.State{}, err
@@ -345,8 +350,24 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			st.VersionChange.Message = fmt.Sprintf("Upgrading from Kubernetes %s to %s: waiting for its turn, %d control planes roll at once (--hosted-max-rolling).",
 				ps.UpgradeFrom, ps.Version, b.opts.MaxRolling)
 		}
+		st.RetryAfter = min(nonZero(st.RetryAfter, time.Hour), 5*time.Second) // a safety net besides the pods' watch
 	}
 	return st, nil
+}
+
+// oldAPIServers reports whether an API server pod of s is still terminating: it serves its
+// shutdown delay (and its version) after the rollout has counted it out.
+func oldAPIServers(ctx context.Context, h *host, s *Spec) bool {
+	pods := &corev1.PodList{}
+	if err := h.cache.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels{LabelComponent: ComponentAPIServer}); err != nil {
+		return true
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // rollRetry is how soon a control plane waiting for its turn to roll is looked at again.
@@ -638,7 +659,7 @@ func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Clu
 	}
 	st.Ready, st.Reason, st.RetryAfter = true, backend.ReasonRunning, 0
 	st.Message = fmt.Sprintf("the control plane in namespace %s serves on %s", s.Namespace, external)
-	if v, err := backend.ServerVersion(ctx, cfg); err == nil {
+	if v, err := b.opts.Version(ctx, cfg); err == nil {
 		st.Version = v
 	}
 	return st, nil

@@ -45,7 +45,9 @@ const (
 // harness runs a Backend against envtest (an API server without kubelets: no pod ever runs, so
 // no control plane becomes Ready; what is checked is what the backend writes and keeps).
 type harness struct {
-	b        *Backend
+	b *Backend
+	// version is what the API servers answer /version (envtest runs none).
+	version  string
 	pc       *providersv1alpha1.ProviderConfig
 	notified chan backend.Ref
 }
@@ -82,7 +84,8 @@ func startBackendWith(t *testing.T, change func(*Options)) *harness {
 			default:
 			}
 		},
-		Probe: func(context.Context, *rest.Config) error { return nil },
+		Probe:   func(context.Context, *rest.Config) error { return nil },
+		Version: func(context.Context, *rest.Config) (string, error) { return h.version, nil },
 		// A seed is this envtest too, reached through its own kubeconfig as from outside.
 		SeedConfig: func(_ context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error) {
 			if seed.SecretName != "seed-1" {
@@ -447,6 +450,40 @@ func TestEnsureVersionChange(t *testing.T) {
 		s = h.ensureWant(t, cl, next)
 		require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
 		assert.False(t, s.VersionChange.Refused)
+
+		// Rolled out and answering 1.37.1, but the old API server still serves its shutdown delay:
+		// not done until it is gone.
+		h.version = "1.37.1"
+		rolledOutNow(t, cl)
+		ns := NamespaceFor(cl.UID)
+		oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apiserver-old", Finalizers: []string{"test.openmcp.cloud/hold"},
+			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(cl.UID), LabelComponent: ComponentAPIServer},
+			Annotations: map[string]string{AnnotationCluster: cl.Namespace + "/" + cl.Name}},
+			Spec: corev1.PodSpec{
+				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+				Containers: []corev1.Container{{Name: "c", Image: image136, SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptrTo(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+			}}
+		require.NoError(t, env.Client.Create(t.Context(), oldPod))
+		require.NoError(t, env.Client.Delete(t.Context(), oldPod))
+		hst, err := h.b.hostFor(t.Context(), nil)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			var p corev1.Pod
+			return hst.cache.Get(t.Context(), client.ObjectKeyFromObject(oldPod), &p) == nil && p.DeletionTimestamp != nil
+		}, 10*time.Second, 10*time.Millisecond)
+		s = h.ensureWant(t, cl, next)
+		require.NotNil(t, s.VersionChange, "an old API server still serves")
+		assert.Equal(t, "1.36.3", s.Runs)
+		oldPod = get(t, &corev1.Pod{}, ns, oldPod.Name)
+		oldPod.Finalizers = nil
+		require.NoError(t, env.Client.Update(t.Context(), oldPod))
+		require.Eventually(t, func() bool {
+			s = h.ensureWant(t, cl, next)
+			return s.VersionChange == nil
+		}, 10*time.Second, 50*time.Millisecond, "done once the old API server is gone")
+		assert.Equal(t, "1.37.1", s.Runs)
+		assert.Empty(t, record(t, cl).UpgradeFrom)
 
 		s = h.ensureWant(t, cl, old)
 		require.NotNil(t, s.VersionChange)
