@@ -69,7 +69,9 @@ func startPoller(read func(context.Context) error, interval time.Duration) *poll
 				return
 			case <-tick.C:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			// As kubectl and client-go do, a request waits for its answer: a loaded machine answers slowly, a
+			// stopped server refuses at once.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err := read(ctx)
 			cancel()
 			now := time.Now()
