@@ -273,9 +273,6 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	b.mu.Lock()
 	b.where[cl.UID] = ps.seedRef()
 	b.mu.Unlock()
-	if err := writeRecord(ctx, h, s, ps); err != nil {
-		return backend.State{}, err
-	}
 	if err := h.createIfMissing(ctx, b.authnConfigMap(s)); err != nil {
 		return backend.State{}, err
 	}
@@ -288,7 +285,8 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err != nil {
 		return backend.State{}, err
 	}
-	if err := writeRecord(ctx, h, s, ps); err != nil { // the external host, once known, is kept
+	// Recorded before the workloads are made from it; the external host, once known, is kept.
+	if err := writeRecord(ctx, h, s, ps); err != nil {
 		return backend.State{}, err
 	}
 	// Every reconcile: a certificate due for renewal, or a deleted leaf Secret, is made anew now.

@@ -67,7 +67,9 @@ func TestCertificatesRenewed(t *testing.T) {
 	t.Logf("renewal: %d answers, %d failed, longest gap %s", ok, failed, gap.Round(time.Millisecond))
 	assert.Zero(t, failed, "no request failed during the renewal (first: %v)", poll.firstFailure)
 	assert.Equal(t, apiPID, h.b.PIDs(cl.UID)[procAPIServer], "the API server was not restarted")
-	assert.Greater(t, backend.CertificateExpiry(backend.RefOf(cl), servingCertFile), gauge, "the gauge follows")
+	// The renewal writes the files (which the API server reloads) before it sets the gauge.
+	assert.Eventually(t, func() bool { return backend.CertificateExpiry(backend.RefOf(cl), servingCertFile) > gauge },
+		10*time.Second, 50*time.Millisecond, "the gauge follows")
 	after, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	assert.Equal(t, admin.CAData, after.CAData, "the same CA: every kubeconfig stays valid")

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,18 +51,9 @@ func TestHostedRenewalOnKind(t *testing.T) {
 	setArgs(append(slices.Clone(args), "--certificate-validity=10m", "--certificate-renew-before=9m"))
 	t.Cleanup(func() { setArgs(args) })
 
-	pc = pc.DeepCopy()
-	pc.GenerateName = "hosted-renewal-"
-	require.NoError(t, c.Create(ctx, pc))
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pc) })
-	profile := envOr("E2E_ENVIRONMENT", "default") + "." + envOr("E2E_PROVIDER_NAME", "local") + "." + pc.Name
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "hosted-renewal-"}}
-	require.NoError(t, c.Create(ctx, ns))
-	require.Eventually(t, func() bool {
-		return c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{}) == nil
-	}, time.Minute, poll, "ClusterProfile %s", profile)
+	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-renewal-")
 	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "renewed"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "renewed"},
 		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
 	}
 	require.NoError(t, c.Create(ctx, cl))
@@ -76,21 +65,7 @@ func TestHostedRenewalOnKind(t *testing.T) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
 	}, 5*time.Minute, poll, "Ready")
-	ar := &clustersv1alpha1.AccessRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: cl.Name},
-		Spec: clustersv1alpha1.AccessRequestSpec{
-			ClusterRef: &common.ObjectReference{Name: cl.Name, Namespace: ns.Name},
-			Token: &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{
-				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
-			}}},
-		},
-	}
-	require.NoError(t, c.Create(ctx, ar))
-	user := grantedClient(t, c, ar)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
-		assert.NoError(ct, err)
-	}, time.Minute, poll, "the kubeconfig answers from this machine")
+	user := tokenClient(t, c, cl)
 
 	hns := hosted.NamespaceFor(cl.UID)
 	dep := &appsv1.Deployment{}

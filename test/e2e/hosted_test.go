@@ -276,6 +276,46 @@ func TestHostedOnKind(t *testing.T) {
 		n+1, cp[len(cp)/2], cp[len(cp)-1], strings.Join(op, ", "))
 }
 
+// hostedProfile creates pc (its name generated from prefix) and a namespace for its Clusters, and
+// waits for pc's ClusterProfile; pc is deleted when the test ends.
+func hostedProfile(t *testing.T, c client.Client, pc *providersv1alpha1.ProviderConfig, prefix string) (profile, namespace string) {
+	t.Helper()
+	ctx := context.Background()
+	pc.GenerateName = prefix
+	require.NoError(t, c.Create(ctx, pc))
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pc) })
+	profile = envOr("E2E_ENVIRONMENT", "default") + "." + envOr("E2E_PROVIDER_NAME", "local") + "." + pc.Name
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}}
+	require.NoError(t, c.Create(ctx, ns))
+	require.Eventually(t, func() bool {
+		return c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{}) == nil
+	}, time.Minute, poll, "ClusterProfile %s", profile)
+	return profile, ns.Name
+}
+
+// tokenClient grants a token AccessRequest (get and list namespaces) for cl and returns a client
+// of its kubeconfig once it answers from this machine.
+func tokenClient(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: cl.Name},
+		Spec: clustersv1alpha1.AccessRequestSpec{
+			ClusterRef: &common.ObjectReference{Name: cl.Name, Namespace: cl.Namespace},
+			Token: &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
+			}}},
+		},
+	}
+	require.NoError(t, c.Create(ctx, ar))
+	user := grantedClient(t, c, ar)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		assert.NoError(ct, err)
+	}, time.Minute, poll, "the kubeconfig of %s answers from this machine", cl.Name)
+	return user
+}
+
 // grantedClient waits until ar is Granted and returns a client of its kubeconfig.
 func grantedClient(t *testing.T, c client.Client, ar *clustersv1alpha1.AccessRequest) kubernetes.Interface {
 	t.Helper()

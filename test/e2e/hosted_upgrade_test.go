@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -39,19 +38,11 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	versionOf := func(image string) string { return strings.TrimPrefix(image[strings.LastIndex(image, ":")+1:], "v") }
 	prev, cur := versionOf(prevImage), versionOf(os.Getenv("E2E_CONTROLPLANE_IMAGE"))
 	pc = pc.DeepCopy()
-	pc.GenerateName = "hosted-upgrade-"
 	pc.Spec.Hosted.Images[prev] = prevImage
-	require.NoError(t, c.Create(ctx, pc))
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pc) })
-	profile := envOr("E2E_ENVIRONMENT", "default") + "." + envOr("E2E_PROVIDER_NAME", "local") + "." + pc.Name
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "hosted-upgrade-"}}
-	require.NoError(t, c.Create(ctx, ns))
-	require.Eventually(t, func() bool {
-		return c.Get(ctx, client.ObjectKey{Name: profile}, &clustersv1alpha1.ClusterProfile{}) == nil
-	}, time.Minute, poll, "ClusterProfile %s", profile)
+	profile, ns := hostedProfile(t, c, pc, "hosted-upgrade-")
 
 	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "upgraded"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "upgraded"},
 		Spec: clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive,
 			Kubernetes: clustersv1alpha1.K8sConfiguration{Version: prev}},
 	}
@@ -77,21 +68,7 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"written-at": prev}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	ar := &clustersv1alpha1.AccessRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: cl.Name},
-		Spec: clustersv1alpha1.AccessRequestSpec{
-			ClusterRef: &common.ObjectReference{Name: cl.Name, Namespace: ns.Name},
-			Token: &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{
-				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
-			}}},
-		},
-	}
-	require.NoError(t, c.Create(ctx, ar))
-	user := grantedClient(t, c, ar)
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
-		assert.NoError(ct, err)
-	}, time.Minute, poll, "the kubeconfig answers from this machine")
+	user := tokenClient(t, c, cl)
 
 	// The upgrade, polled.
 	polled := startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
