@@ -30,6 +30,8 @@ ENVTEST_ASSETS := $(BIN)/k8s/$(K8S_VERSION)-etcd$(ETCD_VERSION)
 KUBE_APISERVER := $(ENVTEST_ASSETS)/kube-apiserver
 KUBE_CONTROLLER_MANAGER := $(ENVTEST_ASSETS)/kube-controller-manager
 ETCD           := $(ENVTEST_ASSETS)/etcd
+# etcdctl takes the local backend's snapshots, etcdutl checks and restores them (backups).
+ETCD_TOOLS     := $(ENVTEST_ASSETS)/etcdctl $(ENVTEST_ASSETS)/etcdutl
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 ETCD_LINE_BINS := $(foreach v,$(ETCD_LINES),$(CACHE)/etcd/$(v)/etcd)
 PREV_ASSETS    := $(CACHE)/k8s/$(PREV_K8S_VERSION)-etcd$(PREV_ETCD_VERSION)
@@ -151,7 +153,7 @@ e2e-kind: docker-check kind-image image controlplane-image controlplane-image-pr
 ##@ Tools
 
 .PHONY: envtest
-envtest: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(ETCD) $(ENVTEST_ASSETS)/kubectl ## Build kube-apiserver, kube-controller-manager and etcd (cached in bin/k8s).
+envtest: $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) $(ETCD) $(ETCD_TOOLS) $(ENVTEST_ASSETS)/kubectl ## Build kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl (cached in bin/k8s).
 	@echo "KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS)"
 
 # One `go build` makes both Kubernetes binaries: they share most packages.
@@ -161,17 +163,26 @@ $(KUBE_APISERVER) $(KUBE_CONTROLLER_MANAGER) &:
 $(ETCD):
 	hack/build-envtest.sh etcd $(ETCD_VERSION) $@
 
+$(ETCD_TOOLS):
+	hack/build-envtest.sh $(notdir $@) $(ETCD_VERSION) $@
+
 $(CACHE)/etcd/%/etcd:
 	hack/build-envtest.sh etcd $* $@
 
+$(CACHE)/etcd/%/etcdctl:
+	hack/build-envtest.sh etcdctl $* $@
+
+$(CACHE)/etcd/%/etcdutl:
+	hack/build-envtest.sh etcdutl $* $@
+
 .PHONY: envtest-prev
-envtest-prev: $(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/etcd ## Build the previous minor's kube-apiserver, kube-controller-manager and etcd (cached in ~/.cache/cluster-provider/k8s).
+envtest-prev: $(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/etcd $(PREV_ASSETS)/etcdctl $(PREV_ASSETS)/etcdutl ## Build the previous minor's kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl (cached in ~/.cache/cluster-provider/k8s).
 	@echo "LOCAL_PREV_BINARIES=$(PREV_ASSETS)"
 
 $(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/kube-controller-manager &:
 	hack/build-envtest.sh kubernetes $(PREV_K8S_VERSION) $(PREV_ASSETS)
 
-$(PREV_ASSETS)/etcd: $(CACHE)/etcd/$(PREV_ETCD_VERSION)/etcd
+$(PREV_ASSETS)/etcd $(PREV_ASSETS)/etcdctl $(PREV_ASSETS)/etcdutl: $(PREV_ASSETS)/%: $(CACHE)/etcd/$(PREV_ETCD_VERSION)/%
 	mkdir -p $(PREV_ASSETS)
 	cp $< $@.tmp && mv $@.tmp $@
 

@@ -141,6 +141,9 @@ type State struct {
 	// DataLost, when not empty, says that the cluster was created anew, empty, because its data
 	// disappeared (a lost volume); it stays set for the cluster's life so nobody misses it.
 	DataLost string
+	// Restored is the last restore of the cluster from a snapshot (Backups), done or failed; nil
+	// if it never was restored.
+	Restored *Restored
 	// RetryAfter, when not zero, is how soon Ensure should be called again even without a
 	// notification: a safety net while the cluster is not Ready.
 	RetryAfter time.Duration

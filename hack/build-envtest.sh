@@ -8,6 +8,8 @@
 #                                  # k8s.io/kubernetes/cmd/<cmd>s, e.g. kubelet) in one go build
 #   hack/build-envtest.sh e2e.test                <k8s-version>  <out-file>  # upstream e2e suite
 #   hack/build-envtest.sh etcd                    <etcd-version> <out-file>
+#   hack/build-envtest.sh etcdctl                 <etcd-version> <out-file>  # takes snapshots
+#   hack/build-envtest.sh etcdutl                 <etcd-version> <out-file>  # verifies, restores
 #
 # Release hosts are unreachable here, so setup-envtest cannot download binaries. Instead a
 # throw-away module requires the upstream module at the pinned version (for Kubernetes, each
@@ -18,7 +20,7 @@
 # interrupted build leaves no half-written binary behind.
 set -euo pipefail
 
-what=${1:?binary: kube-apiserver, kube-controller-manager, kubernetes, e2e.test or etcd}
+what=${1:?binary: kube-apiserver, kube-controller-manager, kubernetes, e2e.test, etcd, etcdctl or etcdutl}
 version=${2:?version without the leading v}
 out=${3:?output file (or folder, for kubernetes)}
 shift 3
@@ -58,6 +60,7 @@ install_bin() {
   case $(basename "$dest") in
   kubeadm) reported=$("$built" version -o short) ;;
   kubectl) reported=$("$built" version --client) ;;
+  etcdctl | etcdutl) reported=$("$built" version) ;;
   *) reported=$("$built" --version) ;;
   esac
   echo "${reported%%$'\n'*}" >&2
@@ -95,17 +98,22 @@ e2e.test)
   mv "$work/e2e.test" "$out.tmp"
   mv "$out.tmp" "$out"
   ;;
-etcd)
-  for m in api/v3 client/pkg/v3 client/v3 pkg/v3; do
+etcd | etcdctl | etcdutl)
+  # etcd is the module go.etcd.io/etcd/server/v3; etcdctl and etcdutl are modules of their own
+  # that require it (etcdutl restores with the server's code). Every sibling module is pinned to
+  # the same version, as etcd's own release build does with its replaces.
+  pkg=go.etcd.io/etcd/server/v3
+  [ "$what" = etcd ] || pkg=go.etcd.io/etcd/${what}/v3
+  for m in api/v3 client/pkg/v3 client/v3 pkg/v3 server/v3; do
     go mod edit -replace="go.etcd.io/etcd/${m}=go.etcd.io/etcd/${m}@v${version}"
   done
-  go mod edit -require="go.etcd.io/etcd/server/v3@v${version}"
-  echo "building etcd v${version} from the module proxy" >&2
-  go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v${version}" -o "$work/etcd" go.etcd.io/etcd/server/v3
-  install_bin "$work/etcd" "$out"
+  go mod edit -require="${pkg}@v${version}"
+  echo "building ${what} v${version} from the module proxy" >&2
+  go build -trimpath -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=v${version}" -o "$work/$what" "$pkg"
+  install_bin "$work/$what" "$out"
   ;;
 *)
-  echo "unknown binary ${what}: want kube-apiserver, kube-controller-manager, kubernetes, e2e.test or etcd" >&2
+  echo "unknown binary ${what}: want kube-apiserver, kube-controller-manager, kubernetes, e2e.test, etcd, etcdctl or etcdutl" >&2
   exit 2
   ;;
 esac

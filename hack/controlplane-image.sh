@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make controlplane-image`: the hosted backend's control-plane image, FROM scratch, nothing
-# pulled: kube-apiserver, kube-controller-manager and etcd (the binaries `make envtest` builds from
-# the Go module proxy) in /usr/local/bin, CA certificates (for OIDC issuers), a passwd entry for
+# pulled: kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl (the binaries `make
+# envtest` builds from the Go module proxy) in /usr/local/bin, CA certificates (for OIDC issuers), a passwd entry for
 # the non-root user 65532 the hosted pods run as. One image per Kubernetes version; a ProviderConfig
 # names it in spec.hosted.images.
 #
@@ -9,14 +9,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=${1:?image name, e.g. cluster-provider/controlplane:v1.37.1}
-assets=${ENVTEST_ASSETS:?ENVTEST_ASSETS: the folder with kube-apiserver, kube-controller-manager and etcd}
+assets=${ENVTEST_ASSETS:?ENVTEST_ASSETS: the folder with kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl}
 start=$SECONDS
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 root=$ctx/rootfs
 mkdir -p "$root/usr/local/bin" "$root/etc/ssl/certs" "$root/tmp"
 chmod 1777 "$root/tmp"
-for f in kube-apiserver kube-controller-manager etcd; do
+for f in kube-apiserver kube-controller-manager etcd etcdctl etcdutl; do
   [ -x "$assets/$f" ] || { echo "$assets/$f is missing: run make envtest" >&2; exit 1; }
   cp "$assets/$f" "$root/usr/local/bin/"
 done

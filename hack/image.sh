@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 image=${1:?image name, e.g. cluster-provider:dev}
-assets=${ENVTEST_ASSETS:?ENVTEST_ASSETS: the folder with kube-apiserver, kube-controller-manager and etcd}
+assets=${ENVTEST_ASSETS:?ENVTEST_ASSETS: the folder with kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl}
 start=$SECONDS
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
@@ -13,7 +13,7 @@ root=$ctx/rootfs
 mkdir -p "$root/usr/local/bin" "$root/opt/cluster-provider/k8s" "$root/etc/ssl/certs" "$root/tmp"
 chmod 1777 "$root/tmp"
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$root/usr/local/bin/cluster-provider" ./cmd/cluster-provider
-for f in kube-apiserver kube-controller-manager etcd; do
+for f in kube-apiserver kube-controller-manager etcd etcdctl etcdutl; do
   [ -x "$assets/$f" ] || { echo "$assets/$f is missing: run make envtest" >&2; exit 1; }
   cp "$assets/$f" "$root/opt/cluster-provider/k8s/"
 done

@@ -46,6 +46,25 @@ func (b Binaries) ControllerManager() string { return filepath.Join(b.Dir, "kube
 // Etcd is the path of the folder's etcd.
 func (b Binaries) Etcd() string { return filepath.Join(b.Dir, "etcd") }
 
+// Etcdctl is the path of the folder's etcdctl, which takes snapshots (optional: backup.go).
+func (b Binaries) Etcdctl() string { return filepath.Join(b.Dir, "etcdctl") }
+
+// Etcdutl is the path of the folder's etcdutl, which checks and restores snapshots (optional).
+func (b Binaries) Etcdutl() string { return filepath.Join(b.Dir, "etcdutl") }
+
+// backupTools checks that the folder holds etcdctl and etcdutl: without them its clusters take
+// no snapshots.
+func (b Binaries) backupTools() error {
+	for _, bin := range []string{b.Etcdctl(), b.Etcdutl()} {
+		if err := executable(bin); err != nil {
+			return backend.Errorf(backend.ReasonBackupUnavailable,
+				"the --local-binaries folder %s of Kubernetes %s has no etcdctl and etcdutl (%v), which take, check and restore snapshots: add those of its etcd %s (`make envtest` builds them)",
+				b.Dir, b.Version, err, b.EtcdVersion)
+		}
+	}
+	return nil
+}
+
 // versionTimeout bounds one `--version` call.
 const versionTimeout = 30 * time.Second
 

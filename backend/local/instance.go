@@ -677,6 +677,7 @@ func (in *instance) state() backend.State {
 			ServiceCIDR: in.meta.serviceCIDR(),
 		},
 		Restarts: in.restarts,
+		Restored: in.meta.Restored,
 	}
 	if t := in.meta.DataLost; t != nil && in.meta.LostPart == lostEtcd {
 		s.DataLost = fmt.Sprintf("The cluster's etcd data folder %s was gone at %s although the cluster had run: etcd was started anew, EMPTY, with the cluster's CA, ports and kubeconfigs. "+

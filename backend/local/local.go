@@ -83,7 +83,13 @@ type Backend struct {
 	waiting map[types.UID]backend.Ref
 	// upgrades are the clusters moving to another version, until their new API server serves.
 	upgrades map[types.UID]*upgrade
-	ports    portAllocator
+	// restores are the clusters whose etcd data a snapshot replaces, until they serve again;
+	// restoreErrs the clusters whose making from a snapshot failed, for their next Ensure.
+	restores    map[types.UID]*restore
+	restoreErrs map[types.UID]error
+	ports       portAllocator
+	// backupMu serializes snapshots: one at a time, whatever the cluster (disk and CPU of the pod).
+	backupMu sync.Mutex
 }
 
 var (
@@ -141,13 +147,15 @@ func New(opts Options) (*Backend, error) {
 	}
 	opts.StateDir = dir
 	return &Backend{
-		opts:      opts,
-		log:       opts.Logger,
-		instances: map[types.UID]*instance{},
-		deleting:  map[types.UID]bool{},
-		waiting:   map[types.UID]backend.Ref{},
-		upgrades:  map[types.UID]*upgrade{},
-		ports:     portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
+		opts:        opts,
+		log:         opts.Logger,
+		instances:   map[types.UID]*instance{},
+		deleting:    map[types.UID]bool{},
+		waiting:     map[types.UID]backend.Ref{},
+		upgrades:    map[types.UID]*upgrade{},
+		restores:    map[types.UID]*restore{},
+		restoreErrs: map[types.UID]error{},
+		ports:       portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
 }
 
@@ -224,6 +232,9 @@ func (b *Backend) Start(ctx context.Context) error {
 			b.log.Error(err, "Not adopting a cluster folder; the Cluster's next reconcile starts it anew with its data", "dir", dir)
 			continue
 		}
+		if finishRestore(dir, &m) {
+			continue // a restore to do again: the Cluster's next reconcile does it
+		}
 		if etcdLost(dir, &m, cl) {
 			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "dir", dir)
 		}
@@ -280,6 +291,13 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if up := b.upgrades[cl.UID]; up != nil {
 		return b.upgradeStateLocked(cl.UID, in, up), nil
 	}
+	if r := b.restores[cl.UID]; r != nil {
+		return b.restoreStateLocked(cl.UID, in, r), nil
+	}
+	if err := b.restoreErrs[cl.UID]; err != nil {
+		delete(b.restoreErrs, cl.UID) // reported once; the next Ensure tries again
+		return backend.State{}, err
+	}
 	repaired := ""
 	var change *backend.VersionChange
 	if in == nil {
@@ -325,10 +343,14 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			// The cluster does not run: it starts with the new version's binaries at once.
 			b.upgrades[cl.UID] = &upgrade{change: change}
 		}
+		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
+		pending := finishRestore(dir, &m)
+		if pending || (running == "" && m.DataLost == nil && cl.Annotations[backend.AnnotationRestoreFrom] != "") {
+			return b.restoreNewLocked(ctx, cl, dir, m)
+		}
 		if etcdLost(dir, &m, cl) {
 			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
 		}
-		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
 		if in, err = b.runLocked(dir, m); err != nil {
 			delete(b.upgrades, cl.UID)
 			return backend.State{}, b.stateError(err)
@@ -571,7 +593,7 @@ func (b *Backend) binaries(version string) (Binaries, bool) {
 
 func (b *Backend) dir(uid types.UID) string { return filepath.Join(b.opts.StateDir, string(uid)) }
 
-// Delete kills cl's processes and removes its folder.
+// Delete kills cl's processes and removes its folder. Its snapshots stay (backup.go).
 func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
 	b.mu.Lock()
 	if !b.started {
@@ -582,6 +604,8 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	delete(b.instances, cl.UID)
 	delete(b.waiting, cl.UID)
 	delete(b.upgrades, cl.UID)
+	delete(b.restores, cl.UID)
+	delete(b.restoreErrs, cl.UID)
 	b.deleting[cl.UID] = true
 	b.mu.Unlock()
 	defer func() {
@@ -646,11 +670,15 @@ func (b *Backend) PIDs(uid types.UID) map[string]int {
 func (b *Backend) Dir(uid types.UID) string { return b.dir(uid) }
 
 func (b *Backend) notify(in *instance) {
-	if b.opts.Notify == nil {
-		return
-	}
 	in.mu.Lock()
 	m := in.meta
 	in.mu.Unlock()
-	b.opts.Notify(backend.Ref{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Profile: m.Profile})
+	b.notifyRef(m)
+}
+
+// notifyRef notifies the Cluster of the record m.
+func (b *Backend) notifyRef(m meta) {
+	if b.opts.Notify != nil {
+		b.opts.Notify(backend.Ref{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Profile: m.Profile})
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 )
 
@@ -56,6 +57,10 @@ type meta struct {
 	// ServiceCIDR is the cluster's service range, fixed when it is created (--local-service-cidr
 	// then); empty in the records of clusters made before it was recorded: LegacyServiceCIDR.
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// Restoring is the snapshot a restore puts in place, while it does (backup.go).
+	Restoring *backend.Snapshot `json:"restoring,omitempty"`
+	// Restored is the last restore from a snapshot, done or failed.
+	Restored *backend.Restored `json:"restored,omitempty"`
 }
 
 // serviceCIDR is the cluster's service range.

@@ -87,7 +87,7 @@ func setNotProvisioned(cl *clustersv1alpha1.Cluster, reason, message string) {
 
 // setState records what the backend observes of cl's cluster: conditions, endpoints and the
 // provider status. It never writes a credential.
-func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State) error {
+func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State, snaps []backend.Snapshot) error {
 	if s.Reason == backend.ReasonBackendStarting {
 		setNotProvisioned(cl, s.Reason, s.Message)
 		return nil
@@ -122,10 +122,45 @@ func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State)
 	if err != nil {
 		return fmt.Errorf("marshalling the provider status: %w", err)
 	}
+	if raw, err = withBackups(raw, snaps); err != nil {
+		return fmt.Errorf("listing the snapshots in the provider status: %w", err)
+	}
 	if cl.Status.ProviderStatus == nil || string(cl.Status.ProviderStatus.Raw) != string(raw) {
 		cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
 	}
 	return nil
+}
+
+// listedSnapshot is a snapshot as status.providerStatus.backups lists it.
+type listedSnapshot struct {
+	Name     string      `json:"name"`
+	Taken    metav1.Time `json:"taken"`
+	Size     int64       `json:"size"`
+	Revision int64       `json:"revision"`
+	Keys     int64       `json:"keys"`
+	Version  string      `json:"version,omitempty"`
+}
+
+// withBackups adds the list of snaps (newest first) to the provider status raw, a JSON object,
+// as "backups"; with none it is raw unchanged.
+func withBackups(raw []byte, snaps []backend.Snapshot) ([]byte, error) {
+	if len(snaps) == 0 {
+		return raw, nil
+	}
+	var ps map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &ps); err != nil {
+		return nil, err
+	}
+	list := make([]listedSnapshot, len(snaps))
+	for i, s := range snaps {
+		list[i] = listedSnapshot{Name: s.Name, Taken: metav1.NewTime(s.Taken), Size: s.Size, Revision: s.Revision, Keys: s.Keys, Version: s.Version}
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return nil, err
+	}
+	ps["backups"] = b
+	return json.Marshal(ps)
 }
 
 // setVersion records whether the cluster runs the version asked for (condition VersionUpToDate).
@@ -163,11 +198,12 @@ func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
 	setCondition(cl, ConditionDeleted, false, ReasonDeleting, fmt.Sprintf("The %s backend deletes the cluster.", backendName))
 }
 
-// finish sets observedGeneration and the phase. VersionUpToDate does not count: a cluster whose
-// version change was refused keeps serving its version and stays Ready (its requests are granted);
-// one that upgrades is not Ready anyway while its API server restarts.
+// finish sets observedGeneration and the phase. VersionUpToDate, BackedUp and Restored do not
+// count: a cluster whose version change was refused keeps serving its version and stays Ready
+// (its requests are granted); one that upgrades or is restored is not Ready anyway while its API
+// server restarts; a failed snapshot is worth an alert, not an outage.
 func finish(cl *clustersv1alpha1.Cluster) {
-	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(), ConditionVersionUpToDate)
+	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(), ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored)
 }
 
 // transition describes how a condition changed between two statuses: "" if its status and

@@ -108,7 +108,7 @@ func TestSetState(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
-			require.NoError(t, setState(cl, "local", tt.state))
+			require.NoError(t, setState(cl, "local", tt.state, nil))
 			finish(cl)
 			assert.Equal(t, tt.wantPhase, cl.Status.Phase)
 			assert.EqualValues(t, 3, cl.Status.ObservedGeneration)
@@ -138,7 +138,7 @@ func TestSetState(t *testing.T) {
 func TestSetNotProvisionedKeepsControllerManagerFalse(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 	require.NoError(t, setState(cl, "local", backend.State{Runs: "1.37.1", Ready: true, Reason: backend.ReasonRunning,
-		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}))
+		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}, nil))
 	setNotProvisioned(cl, backend.ReasonBackendStarting, "adopting")
 	finish(cl)
 	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase)
@@ -182,7 +182,7 @@ func TestSetVersion(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 			require.NoError(t, setState(cl, "local", backend.State{Ready: true, Reason: backend.ReasonRunning, Runs: "1.37.1", VersionChange: tt.change,
-				ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}))
+				ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}, nil))
 			c := condition(t, cl, ConditionVersionUpToDate)
 			assert.Equal(t, tt.wantStatus, c.Status)
 			assert.Equal(t, tt.wantReason, c.Reason)

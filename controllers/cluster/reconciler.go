@@ -116,12 +116,61 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 	if state.Repaired != "" {
 		r.Event(cl, "Warning", ReasonStateRepaired, "Provision", "%s", state.Repaired)
 	}
+	bks, err := r.backups(ctx, cl, &state)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.patchMetadata(ctx, cl, state); err != nil {
 		return reconcile.Result{}, err
 	}
 	var setErr error
-	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setErr = setState(cl, r.BackendName, state) })
-	return reconcile.Result{RequeueAfter: state.RetryAfter}, errors.Join(setErr, err)
+	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() {
+		setErr = setState(cl, r.BackendName, state, bks.snapshots)
+		bks.set()
+	})
+	requeue := state.RetryAfter
+	if bks.requeue > 0 && (requeue == 0 || bks.requeue < requeue) {
+		requeue = bks.requeue
+	}
+	return reconcile.Result{RequeueAfter: requeue}, errors.Join(setErr, err)
+}
+
+// backups carries out what cl asks of its snapshots (a restore, a snapshot now) and takes the
+// snapshots its schedule calls for, where the backend takes any. A restore started changes the
+// state: *state is observed again.
+func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, state *backend.State) (backups, error) {
+	bk, ok := r.Backend.(backend.Backups)
+	if !ok {
+		out := backups{set: func() { meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionBackedUp) }}
+		if asked := cl.Annotations[backend.AnnotationSnapshot] + cl.Annotations[backend.AnnotationRestore]; asked != "" {
+			out.set = func() {
+				setCondition(cl, ConditionBackedUp, false, backend.ReasonBackupUnavailable, fmt.Sprintf(
+					"The %s backend takes no snapshots: annotations %s and %s do nothing here.", r.BackendName, backend.AnnotationSnapshot, backend.AnnotationRestore))
+			}
+		}
+		return out, nil
+	}
+	refused, started, err := r.restore(ctx, cl, bk)
+	if err != nil {
+		return backups{}, err
+	}
+	if started {
+		if *state, err = r.Backend.Ensure(ctx, cl, backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version)); err != nil {
+			return backups{}, fmt.Errorf("observing the cluster after starting the restore: %w", err)
+		}
+	}
+	out := backups{set: func() {}}
+	if state.Reason != backend.ReasonRestoring {
+		if out, err = r.snapshot(ctx, cl, bk, *state); err != nil {
+			return backups{}, err
+		}
+	}
+	setBackups := out.set
+	out.set = func() {
+		setBackups()
+		setRestored(cl, *state, refused)
+	}
+	return out, nil
 }
 
 // writeStatus applies set to cl, emits the Events its condition changes call for and writes the
@@ -158,6 +207,16 @@ func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condit
 			if b := meta.FindStatusCondition(before, ConditionVersionUpToDate); b != nil && b.Reason == backend.ReasonUpgrading {
 				r.Event(cl, "Normal", ReasonUpgraded, "Upgrade", "%s", c.Message)
 			}
+		}
+	}
+	if changed, c := transition(before, cl.Status.Conditions, ConditionRestored); changed {
+		switch c.Reason {
+		case ReasonRestoreDone:
+			r.Event(cl, "Normal", ReasonRestoreDone, "Restore", "%s", c.Message)
+		case backend.ReasonRestoring:
+			r.Event(cl, "Normal", c.Reason, "Restore", "%s", c.Message)
+		default:
+			r.Event(cl, "Warning", c.Reason, "Restore", "%s", c.Message)
 		}
 	}
 	for _, condType := range []string{ConditionAPIServerReady, ConditionControllerManagerReady} {
@@ -232,6 +291,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cl *clustersv1alpha1.C
 	if err := kit.RemoveFinalizer(ctx, r.Client, cl, finalizer); err != nil {
 		return reconcile.Result{}, err
 	}
+	forgetBackups(cl)
 	log.FromContext(ctx).Info("Deleted the cluster", "backend", r.BackendName)
 	r.Event(cl, "Normal", ReasonDeleted, "Delete", "The %s cluster is deleted", r.BackendName)
 	return reconcile.Result{}, nil

@@ -29,6 +29,8 @@ type ProfileScope struct {
 	// OIDC is the ProviderConfig's spec.oidc: which issuers the profile's Clusters may trust.
 	// Nil allows any, verified with the system's roots.
 	OIDC *providersv1alpha1.OIDCSettings
+	// Backup is the ProviderConfig's spec.backup: the snapshot schedule. Nil is the default one.
+	Backup *providersv1alpha1.BackupPolicy
 }
 
 // Event emits an Event on obj if there is a Recorder. note is a format for args.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,7 +73,7 @@ func start(tb testing.TB, mgr ctrl.Manager) {
 // startLabeller starts a manager with a labeller for instance; it stops when t ends.
 func startLabeller(t *testing.T, instance string) {
 	t.Helper()
-	start(t, newManager(t, env.Config, instance, testr.New(t), 0))
+	start(t, newManager(t, env.Config, instance, testenv.Logger(t), 0))
 }
 
 // world is one test's namespace with a ClusterProfile and a Cluster of it.

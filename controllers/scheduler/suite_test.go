@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,9 +70,9 @@ func startScheduler(t testing.TB, cfg *Config, opts ...func(*Reconciler)) *fixtu
 // runScheduler runs a scheduler with cfg (already complete) on restCfg until t ends.
 func runScheduler(t testing.TB, ns string, cfg *Config, restCfg *rest.Config, opts ...func(*Reconciler)) *fixture {
 	t.Helper()
-	var logger logr.Logger = logr.Discard()
-	if tt, ok := t.(*testing.T); ok {
-		logger = testr.New(tt)
+	logger := logr.Discard() // a benchmark's log is always printed
+	if _, ok := t.(*testing.T); ok {
+		logger = testenv.Logger(t)
 	}
 	mgr := testenv.NewManager(t, restCfg, logger)
 	r := &Reconciler{Config: cfg}

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,6 +59,57 @@ type ProviderConfigSpec struct {
 	// OIDC limits and configures OIDC AccessRequests of the profile's Clusters.
 	// +optional
 	OIDC *OIDCSettings `json:"oidc,omitempty"`
+
+	// Backup schedules etcd snapshots of the profile's Clusters, for the backends that run their
+	// etcd (local). Unset: a snapshot every hour, the newest 24 of each Cluster kept. Snapshots
+	// on demand (annotation backup.clusters.openmcp.cloud/snapshot) are taken either way.
+	// +optional
+	Backup *BackupPolicy `json:"backup,omitempty"`
+}
+
+// BackupPolicy schedules the etcd snapshots of a profile's Clusters.
+type BackupPolicy struct {
+	// Disabled turns scheduled snapshots off. Snapshots already taken are kept; snapshots on
+	// demand are still taken.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+
+	// Interval is the time between two scheduled snapshots of a Cluster, at least 1m. Default 1h.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="backup.interval must be at least 1m, e.g. 1h"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// Keep is how many snapshots of each Cluster are kept, the newest; older ones are removed
+	// when a new one was taken and verified. Default 24.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Keep int32 `json:"keep,omitempty"`
+}
+
+// Defaults of a BackupPolicy.
+const (
+	DefaultBackupInterval = time.Hour
+	DefaultBackupKeep     = 24
+)
+
+// Scheduled is the interval between scheduled snapshots, 0 when they are turned off, and how
+// many snapshots are kept; a nil policy is the default one.
+func (p *BackupPolicy) Scheduled() (interval time.Duration, keep int) {
+	interval, keep = DefaultBackupInterval, DefaultBackupKeep
+	if p == nil {
+		return interval, keep
+	}
+	if p.Interval != nil && p.Interval.Duration > 0 {
+		interval = p.Interval.Duration
+	}
+	if p.Keep > 0 {
+		keep = int(p.Keep)
+	}
+	if p.Disabled {
+		interval = 0
+	}
+	return interval, keep
 }
 
 // OIDCSettings limit and configure the OIDC issuers a profile's Clusters may be made to trust.

@@ -1,0 +1,107 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+)
+
+// Annotations on a Cluster that ask for a snapshot or a restore. The Cluster reconciler reads
+// them; a Backend that implements Backups carries them out.
+const (
+	// AnnotationSnapshot asks for a snapshot of the cluster's etcd now (any value). The
+	// reconciler removes it once the snapshot was taken and verified.
+	AnnotationSnapshot = "backup.clusters.openmcp.cloud/snapshot"
+	// AnnotationRestore names a snapshot of the Cluster (status.providerStatus.backups[].name)
+	// to bring back in place: its etcd data is replaced by the snapshot's, and the endpoint, CA
+	// and issued kubeconfigs stay. The reconciler checks the snapshot, removes the annotation and
+	// has the backend restore it; a snapshot that does not exist, is damaged or is of another
+	// Cluster is refused (condition Restored, reason RestoreRefused) and nothing changes.
+	AnnotationRestore = "backup.clusters.openmcp.cloud/restore"
+	// AnnotationRestoreFrom, set when a Cluster is created, makes its cluster start from a
+	// snapshot of another Cluster: "<uid of that Cluster>/<snapshot name>". Read only while the
+	// cluster is made; the new cluster has a CA of its own, so credentials of the other cluster
+	// (service-account tokens, client certificates) do not work in it.
+	AnnotationRestoreFrom = "backup.clusters.openmcp.cloud/restore-from"
+)
+
+// Reasons of the backup and restore conditions and Events.
+const (
+	// ReasonRestoreRefused: the snapshot named cannot be restored; nothing changed.
+	ReasonRestoreRefused = "RestoreRefused"
+	// ReasonRestoring: the cluster's etcd data is being replaced by a snapshot's.
+	ReasonRestoring = "Restoring"
+	// ReasonBackupUnavailable: the backend cannot take snapshots of this cluster (say why).
+	ReasonBackupUnavailable = "BackupUnavailable"
+)
+
+// Backups is implemented by a Backend that runs its clusters' etcd and can snapshot it.
+// Snapshots live outside what Delete removes: they outlive their Cluster (restore one into a new
+// Cluster with AnnotationRestoreFrom) until a person removes them. A snapshot holds every Secret
+// of its cluster: only the operator may read it.
+type Backups interface {
+	// Snapshot takes a snapshot of cl's etcd, verifies it, records it and then removes all but
+	// the newest keep snapshots of cl. The cluster must be running.
+	Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (Snapshot, error)
+	// Snapshots lists cl's snapshots, newest first.
+	Snapshots(ctx context.Context, cl *clustersv1alpha1.Cluster) ([]Snapshot, error)
+	// CheckRestore checks that snapshot name of cl exists, is intact and is cl's own: an Error
+	// with reason ReasonRestoreRefused says what is wrong. Nothing changes.
+	CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (Snapshot, error)
+	// Restore checks snapshot name as CheckRestore does and starts replacing cl's etcd data by
+	// it; it returns without waiting. Ensure's State says Restoring until the cluster serves the
+	// snapshot's data, then State.Restored reports the restore. The data it replaces is moved
+	// aside, never deleted.
+	Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error
+}
+
+// Snapshot is one verified etcd snapshot of a cluster.
+type Snapshot struct {
+	// Name identifies the snapshot among its cluster's: the UTC time it was taken (sortable).
+	Name string `json:"name"`
+	// Cluster is the UID of the Cluster it is of.
+	Cluster types.UID `json:"cluster"`
+	// Taken is when it was taken.
+	Taken time.Time `json:"taken"`
+	// Size is its size in bytes.
+	Size int64 `json:"size"`
+	// Revision is etcd's revision in it; Keys the number of keys.
+	Revision int64 `json:"revision"`
+	Keys     int64 `json:"keys"`
+	// Version is the Kubernetes version the cluster ran.
+	Version string `json:"version"`
+	// SHA256 is the checksum of the file as taken: a restore refuses a file that differs.
+	SHA256 string `json:"sha256"`
+}
+
+// Ref is how another Cluster names the snapshot in AnnotationRestoreFrom.
+func (s Snapshot) Ref() string { return string(s.Cluster) + "/" + s.Name }
+
+// ParseSnapshotRef splits an AnnotationRestoreFrom value into the Cluster UID and the snapshot
+// name; the error says what the value should look like.
+func ParseSnapshotRef(ref string) (types.UID, string, error) {
+	uid, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
+	if !ok || uid == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("%s %q is not \"<uid of a Cluster>/<snapshot name>\" (the name as the other Cluster's status.providerStatus.backups lists it)",
+			AnnotationRestoreFrom, ref)
+	}
+	return types.UID(uid), name, nil
+}
+
+// Restored is the last restore a Backend made of a cluster (State.Restored), done or failed.
+type Restored struct {
+	// Snapshot is the snapshot brought back.
+	Snapshot Snapshot `json:"snapshot"`
+	// At is when its data was put in place.
+	At time.Time `json:"at"`
+	// MovedAside is where the data it replaced was moved ("" if there was none).
+	MovedAside string `json:"movedAside,omitempty"`
+	// Failed, when not empty, says why the restore failed: the cluster runs with its data as it
+	// was.
+	Failed string `json:"failed,omitempty"`
+}

@@ -1,0 +1,272 @@
+package local
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// ran gives cl the provider status a cluster that ran writes, as the Cluster reconciler does.
+func ran(t *testing.T, cl *clustersv1alpha1.Cluster, s backend.State) {
+	t.Helper()
+	raw, err := json.Marshal(s.ProviderStatus)
+	require.NoError(t, err)
+	cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
+}
+
+func configMapExists(t *testing.T, cs kubernetes.Interface, name string) bool {
+	t.Helper()
+	_, err := cs.CoreV1().ConfigMaps("kept").Get(t.Context(), name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false
+	}
+	require.NoError(t, err)
+	return true
+}
+
+// TestBackupRestoreDrill is the restore drill of a local cluster: data is written and a user is
+// issued a token, a snapshot is taken (checked, 0600, outside the cluster's folder), more data is
+// written, and then etcd's data folder is destroyed while the operator is down. The cluster comes
+// back EMPTY (DataLost); bad restores are refused and change nothing; the restore brings back the
+// data written before the snapshot (not the later), on the same endpoint, and the token issued
+// before works again. A new Cluster made from the snapshot starts with its data; a bad reference
+// makes nothing. Keeping the newest snapshots removes the older.
+func TestBackupRestoreDrill(t *testing.T) {
+	stateDir := t.TempDir()
+	h := startBackend(t, stateDir, 2)
+	cl := newCluster("drill")
+	made := h.await(cl, "Ready", complete)
+	ran(t, cl, made)
+	admin, err := h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs := kubernetes.NewForConfigOrDie(admin)
+	_, err = cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, name := range []string{"before-1", "before-2"} {
+		_, err = cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	user := kubernetes.NewForConfigOrDie(issuedConfig(t, admin))
+
+	snap, err := h.b.Snapshot(t.Context(), cl, 5)
+	require.NoError(t, err)
+	assert.Equal(t, cl.UID, snap.Cluster)
+	assert.Positive(t, snap.Revision)
+	assert.Positive(t, snap.Keys)
+	assert.Positive(t, snap.Size)
+	assert.Equal(t, "1.37.1", snap.Version)
+	bdir := filepath.Join(stateDir, backupsDir, string(cl.UID))
+	for path, mode := range map[string]os.FileMode{
+		bdir: 0o700 | os.ModeDir, filepath.Join(bdir, snap.Name+snapshotSuffix): 0o600, filepath.Join(bdir, snap.Name+recordSuffix): 0o600,
+	} {
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, mode, fi.Mode(), "only the operator reads a snapshot: %s", path)
+	}
+	listed, err := h.b.Snapshots(t.Context(), cl)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	assert.Equal(t, snap.Name, listed[0].Name)
+	assert.WithinDuration(t, snap.Taken, listed[0].Taken, 0)
+
+	_, err = cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	// etcd's data folder is lost while the operator is down: the cluster comes back empty.
+	h.stop()
+	require.NoError(t, os.RemoveAll(filepath.Join(h.b.Dir(cl.UID), etcdDataDir)))
+	h = startBackend(t, stateDir, 2, cl)
+	lost := h.await(cl, "Ready again, empty", complete)
+	assert.NotEmpty(t, lost.DataLost)
+	assert.Equal(t, made.Endpoint, lost.Endpoint)
+	admin, err = h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs = kubernetes.NewForConfigOrDie(admin)
+	assert.False(t, configMapExists(t, cs, "before-1"), "the data is gone")
+	_, err = user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
+	require.True(t, apierrors.IsUnauthorized(err), "its ServiceAccount is gone with the data: %v", err)
+	pids := h.b.PIDs(cl.UID)
+
+	t.Run("bad restores are refused and change nothing", func(t *testing.T) {
+		other := newCluster("other")
+		// A snapshot of this Cluster copied among the other's is still of this Cluster.
+		odir := filepath.Join(stateDir, backupsDir, string(other.UID))
+		require.NoError(t, os.MkdirAll(odir, 0o700))
+		for _, suffix := range []string{snapshotSuffix, recordSuffix} {
+			data, err := os.ReadFile(filepath.Join(bdir, snap.Name+suffix))
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(odir, snap.Name+suffix), data, 0o600))
+		}
+		// A damaged copy: one byte differs in the middle of the file.
+		damaged := "20000101T000000Z"
+		data, err := os.ReadFile(filepath.Join(bdir, snap.Name+snapshotSuffix))
+		require.NoError(t, err)
+		data[len(data)/2] ^= 0xff
+		require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+snapshotSuffix), data, 0o600))
+		rec := snap
+		rec.Name = damaged
+		recData, err := json.Marshal(rec)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+recordSuffix), recData, 0o600))
+		t.Cleanup(func() {
+			os.Remove(filepath.Join(bdir, damaged+snapshotSuffix))
+			os.Remove(filepath.Join(bdir, damaged+recordSuffix))
+		})
+
+		for _, tc := range []struct {
+			name, snapshot, says string
+			in                   *clustersv1alpha1.Cluster
+		}{
+			{name: "missing", in: cl, snapshot: "20990101T000000Z", says: `there is no snapshot "20990101T000000Z" of the Cluster with UID ` + string(cl.UID) + " (its snapshots: " + snap.Name + ", " + damaged + ")"},
+			{name: "damaged", in: cl, snapshot: damaged, says: "is damaged: the SHA-256 of"},
+			{name: "not a name", in: cl, snapshot: "../x", says: "is not a snapshot name"},
+		} {
+			err := h.b.Restore(t.Context(), tc.in, tc.snapshot)
+			require.Error(t, err, tc.name)
+			assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%s: %v", tc.name, err)
+			assert.Contains(t, err.Error(), tc.says, tc.name)
+		}
+		// The other Cluster's own list holds the copy; checked against the other Cluster, it is
+		// not its own.
+		_, err = h.b.checkSnapshot(t.Context(), h.b.opts.Binaries[0], other.UID, snap.Name)
+		require.NoError(t, err, "the copy itself is intact")
+		s, err := readSnapshot(odir, snap.Name)
+		require.NoError(t, err)
+		assert.Equal(t, cl.UID, s.Cluster, "the copy says whose it is")
+
+		s2, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+		require.NoError(t, err)
+		assert.True(t, s2.Ready)
+		assert.Nil(t, s2.Restored)
+		assert.Equal(t, pids, h.b.PIDs(cl.UID), "nothing restarted")
+	})
+
+	require.NoError(t, h.b.Restore(t.Context(), cl, snap.Name))
+	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	require.NoError(t, err)
+	assert.Equal(t, backend.ReasonRestoring, restoring.Reason)
+	assert.False(t, restoring.Ready)
+	back := h.await(cl, "Ready on the snapshot's data", func(s backend.State) bool { return complete(s) && s.Restored != nil })
+	assert.Equal(t, made.Endpoint, back.Endpoint, "the same endpoint")
+	assert.Equal(t, made.CABundle, back.CABundle, "the same CA")
+	assert.Empty(t, back.DataLost, "the data is back")
+	assert.Empty(t, back.Restored.Failed)
+	assert.Equal(t, snap.Name, back.Restored.Snapshot.Name)
+	assert.DirExists(t, back.Restored.MovedAside, "the data it replaced is kept")
+	assert.True(t, configMapExists(t, cs, "before-1"))
+	assert.True(t, configMapExists(t, cs, "before-2"))
+	assert.False(t, configMapExists(t, cs, "after"), "written after the snapshot")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
+		assert.NoError(c, err, "the token issued before the snapshot works again")
+	}, readyWithin, 100*time.Millisecond)
+
+	t.Run("a new Cluster made from the snapshot", func(t *testing.T) {
+		bad := newCluster("bad-ref")
+		bad.Annotations = map[string]string{backend.AnnotationRestoreFrom: string(cl.UID) + "/19990101T000000Z"}
+		_, err := h.b.Ensure(t.Context(), bad, backend.Want{Version: "1.37.1"})
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+		assert.NoDirExists(t, h.b.Dir(bad.UID), "nothing is made")
+
+		cp := newCluster("copy")
+		cp.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
+		s := h.await(cp, "the copy is Ready", func(s backend.State) bool { return complete(s) && s.Restored != nil })
+		assert.NotEqual(t, made.Endpoint, s.Endpoint)
+		cfg, err := h.b.AdminConfig(t.Context(), cp)
+		require.NoError(t, err)
+		cps := kubernetes.NewForConfigOrDie(cfg)
+		assert.True(t, configMapExists(t, cps, "before-1"))
+		assert.False(t, configMapExists(t, cps, "after"))
+		gone, err := h.b.Delete(t.Context(), cp)
+		require.NoError(t, err)
+		require.True(t, gone)
+	})
+
+	t.Run("the newest snapshots are kept", func(t *testing.T) {
+		second, err := h.b.Snapshot(t.Context(), cl, 1)
+		require.NoError(t, err)
+		listed, err := h.b.Snapshots(t.Context(), cl)
+		require.NoError(t, err)
+		require.Len(t, listed, 1)
+		assert.Equal(t, second.Name, listed[0].Name)
+		assert.NoFileExists(t, filepath.Join(bdir, snap.Name+snapshotSuffix))
+	})
+
+	gone, err := h.b.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	require.True(t, gone)
+	assert.NoDirExists(t, h.b.Dir(cl.UID))
+	assert.DirExists(t, bdir, "a Cluster's snapshots outlive it")
+}
+
+// TestFinishRestore: a restore interrupted by the operator's end is finished or undone before the
+// cluster starts, never leaving it on half-written data.
+func TestFinishRestore(t *testing.T) {
+	snap := &backend.Snapshot{Name: "20260101T000000Z", Cluster: "uid"}
+	for _, tc := range []struct {
+		name                     string
+		restoring                bool
+		data, staging, part      bool
+		pending, restored bool
+		wantData, wantStaging    bool
+	}{
+		{name: "no restore: leftovers go", data: true, staging: true, part: true, wantData: true},
+		{name: "restored, data not moved yet: undone", restoring: true, data: true, staging: true, wantData: true},
+		{name: "data moved aside: the restored data takes its place", restoring: true, staging: true, restored: true, wantData: true},
+		{name: "only a partial restore, no data: to do again", restoring: true, part: true, pending: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			mk := func(on bool, name string) {
+				if on {
+					require.NoError(t, os.MkdirAll(filepath.Join(dir, name, "member"), 0o700))
+				}
+			}
+			mk(tc.data, etcdDataDir)
+			mk(tc.staging, etcdRestoring)
+			mk(tc.part, etcdRestoring+".part")
+			m := meta{}
+			if tc.restoring {
+				m.Restoring = snap
+			}
+			assert.Equal(t, tc.pending, finishRestore(dir, &m))
+			assert.Equal(t, tc.wantData, exists(filepath.Join(dir, etcdDataDir)))
+			assert.False(t, exists(filepath.Join(dir, etcdRestoring+".part")))
+			assert.Equal(t, tc.wantStaging, exists(filepath.Join(dir, etcdRestoring)))
+			assert.Equal(t, tc.restored, m.Restored != nil)
+			assert.Equal(t, tc.pending, m.Restoring != nil, "kept only while the restore is to be done")
+		})
+	}
+}
+
+// TestVersionFits: a snapshot goes into a cluster of its minor or the next, never an earlier one.
+func TestVersionFits(t *testing.T) {
+	for _, tc := range []struct {
+		snap, running string
+		ok            bool
+	}{
+		{"1.37.1", "1.37.1", true},
+		{"1.37.2", "1.37.1", true},
+		{"1.36.3", "1.37.1", true},
+		{"1.35.0", "1.37.1", false},
+		{"1.38.0", "1.37.1", false},
+		{"", "1.37.1", true},
+	} {
+		err := versionFits(backend.Snapshot{Name: "s", Version: tc.snap}, tc.running)
+		assert.Equal(t, tc.ok, err == nil, "%s into %s: %v", tc.snap, tc.running, err)
+	}
+}

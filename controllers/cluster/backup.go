@@ -1,0 +1,194 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
+)
+
+// Condition types and reasons of backups and restores. Both conditions are informational: a
+// failed snapshot does not make a serving cluster un-Ready.
+const (
+	// ConditionBackedUp says whether the cluster has a recent snapshot: True (SnapshotTaken, the
+	// newest one), or False (BackupFailed, BackupsOff, NoSnapshotYet, BackupUnavailable).
+	ConditionBackedUp = "BackedUp"
+	// ConditionRestored reports the last restore asked for with backend.AnnotationRestore: True
+	// (RestoreDone), or False (Restoring, RestoreRefused, RestoreFailed).
+	ConditionRestored = "Restored"
+
+	ReasonSnapshotTaken = "SnapshotTaken"
+	ReasonBackupFailed  = "BackupFailed"
+	ReasonBackupsOff    = "BackupsOff"
+	ReasonNoSnapshotYet = "NoSnapshotYet"
+	ReasonRestoreDone   = "RestoreDone"
+	ReasonRestoreFailed = "RestoreFailed"
+)
+
+// retryBackup is how soon a failed snapshot, or one the cluster was not ready for, is tried again.
+const retryBackup = time.Minute
+
+var (
+	metricBackupTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cluster_provider_backup_last_success_timestamp_seconds",
+		Help: "When the newest verified etcd snapshot of a Cluster was taken (Unix seconds). Alert on time() - this > 2 * the backup interval.",
+	}, []string{"cluster"})
+	metricBackupSize = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "cluster_provider_backup_last_size_bytes",
+		Help: "The size of the newest verified etcd snapshot of a Cluster, in bytes.",
+	}, []string{"cluster"})
+	metricBackupFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "cluster_provider_backup_failures_total",
+		Help: "Snapshots of a Cluster's etcd that failed (taken, or checked after taking).",
+	}, []string{"cluster"})
+)
+
+func init() { metrics.Registry.MustRegister(metricBackupTime, metricBackupSize, metricBackupFailures) }
+
+// backups is what one reconcile did about cl's snapshots and restores.
+type backups struct {
+	// snapshots are cl's snapshots, newest first, for status.providerStatus.backups.
+	snapshots []backend.Snapshot
+	// set applies the conditions to cl.
+	set func()
+	// restarted is true when a restore was started: the state must be observed again.
+	restarted bool
+	// requeue is when the next scheduled snapshot is due.
+	requeue time.Duration
+}
+
+// restore carries out the restore cl's AnnotationRestore asks for: the snapshot is checked (a
+// refusal is a condition and a Warning Event, and nothing changes), the annotation removed, and
+// only then the backend starts the restore, so that it is never done twice.
+func (r *Reconciler) restore(ctx context.Context, cl *clustersv1alpha1.Cluster, bk backend.Backups) (refused error, started bool, err error) {
+	name := cl.Annotations[backend.AnnotationRestore]
+	if name == "" {
+		return nil, false, nil
+	}
+	if _, err := bk.CheckRestore(ctx, cl, name); err != nil {
+		if backend.IsReason(err, backend.ReasonRestoreRefused) {
+			return err, false, nil
+		}
+		return nil, false, fmt.Errorf("checking snapshot %s: %w", name, err)
+	}
+	base := cl.DeepCopy()
+	delete(cl.Annotations, backend.AnnotationRestore)
+	if err := r.Client.Patch(ctx, cl, kit.LockedMergeFrom(base)); err != nil {
+		return nil, false, fmt.Errorf("removing annotation %s before the restore: %w", backend.AnnotationRestore, err)
+	}
+	if err := bk.Restore(ctx, cl, name); err != nil {
+		// The annotation is gone: the condition says what happened and to set it again.
+		return fmt.Errorf("restoring snapshot %s did not start: %w; set annotation %s again to retry", name, err, backend.AnnotationRestore), false, nil
+	}
+	log.FromContext(ctx).Info("Restoring the cluster from a snapshot", "snapshot", name)
+	return nil, true, nil
+}
+
+// snapshot takes the snapshot cl is due for (its schedule, or AnnotationSnapshot) when the
+// cluster serves, and lists its snapshots.
+func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, bk backend.Backups, s backend.State) (backups, error) {
+	out := backups{}
+	interval, keep := r.Backup.Scheduled()
+	snaps, err := bk.Snapshots(ctx, cl)
+	if err != nil {
+		return out, fmt.Errorf("listing the snapshots: %w", err)
+	}
+	_, asked := cl.Annotations[backend.AnnotationSnapshot]
+	now := time.Now()
+	due := asked || (interval > 0 && (len(snaps) == 0 || !now.Before(snaps[0].Taken.Add(interval))))
+	var failed error
+	if due && s.Ready {
+		snap, err := bk.Snapshot(ctx, cl, keep)
+		if err != nil {
+			failed = err
+			metricBackupFailures.WithLabelValues(refName(cl)).Inc()
+			r.Event(cl, "Warning", ReasonBackupFailed, "Backup", "The snapshot of etcd failed: %s", err.Error())
+			out.requeue = retryBackup
+		} else {
+			r.Event(cl, "Normal", ReasonSnapshotTaken, "Backup", "Took snapshot %s of etcd: %d bytes, revision %d, %d keys.", snap.Name, snap.Size, snap.Revision, snap.Keys)
+			if snaps, err = bk.Snapshots(ctx, cl); err != nil {
+				return out, fmt.Errorf("listing the snapshots: %w", err)
+			}
+			if asked {
+				base := cl.DeepCopy()
+				delete(cl.Annotations, backend.AnnotationSnapshot)
+				if err := r.Client.Patch(ctx, cl, kit.LockedMergeFrom(base)); err != nil {
+					return out, fmt.Errorf("removing annotation %s after the snapshot: %w", backend.AnnotationSnapshot, err)
+				}
+			}
+		}
+	} else if due {
+		out.requeue = retryBackup // once it serves; its readiness notifies sooner
+	}
+	if len(snaps) > 0 {
+		metricBackupTime.WithLabelValues(refName(cl)).Set(float64(snaps[0].Taken.Unix()))
+		metricBackupSize.WithLabelValues(refName(cl)).Set(float64(snaps[0].Size))
+		if next := time.Until(snaps[0].Taken.Add(interval)); interval > 0 && out.requeue == 0 {
+			out.requeue = max(next, time.Second)
+		}
+	}
+	out.snapshots = snaps
+	out.set = func() { setBackedUp(cl, snaps, interval, keep, failed, r.Profile) }
+	return out, nil
+}
+
+// setBackedUp records the newest snapshot, or why there is none.
+func setBackedUp(cl *clustersv1alpha1.Cluster, snaps []backend.Snapshot, interval time.Duration, keep int, failed error, profile string) {
+	schedule := fmt.Sprintf("a snapshot every %s, the newest %d kept", interval, keep)
+	if interval == 0 {
+		schedule = fmt.Sprintf("scheduled snapshots are off (spec.backup.disabled of the ProviderConfig of profile %s); annotate the Cluster with %s to take one", profile, backend.AnnotationSnapshot)
+	}
+	switch {
+	case failed != nil:
+		setCondition(cl, ConditionBackedUp, false, kit.ReasonOf(failed, ReasonBackupFailed), fmt.Sprintf("The last snapshot failed: %s.", failed.Error()))
+	case len(snaps) > 0:
+		n := snaps[0]
+		setCondition(cl, ConditionBackedUp, true, ReasonSnapshotTaken, fmt.Sprintf(
+			"The newest snapshot, %s, was taken at %s: %d bytes, revision %d, %d keys, checked; %d kept (%s).",
+			n.Name, n.Taken.UTC().Format(time.RFC3339), n.Size, n.Revision, n.Keys, len(snaps), schedule))
+	case interval == 0:
+		setCondition(cl, ConditionBackedUp, false, ReasonBackupsOff, "No snapshot: "+schedule+".")
+	default:
+		setCondition(cl, ConditionBackedUp, false, ReasonNoSnapshotYet, "No snapshot yet: the first is taken once the cluster serves ("+schedule+").")
+	}
+}
+
+// setRestored reports the restore asked for: refused now, under way, or the last one done.
+func setRestored(cl *clustersv1alpha1.Cluster, s backend.State, refused error) {
+	switch last := s.Restored; {
+	case refused != nil:
+		setCondition(cl, ConditionRestored, false, kit.ReasonOf(refused, ReasonRestoreFailed), refused.Error())
+	case s.Reason == backend.ReasonRestoring:
+		setCondition(cl, ConditionRestored, false, backend.ReasonRestoring, s.Message)
+	case last != nil && last.Failed != "":
+		setCondition(cl, ConditionRestored, false, ReasonRestoreFailed, fmt.Sprintf("At %s, %s.", last.At.UTC().Format(time.RFC3339), last.Failed))
+	case last != nil:
+		aside := ""
+		if last.MovedAside != "" {
+			aside = " The data it replaced was moved to " + last.MovedAside + "."
+		}
+		setCondition(cl, ConditionRestored, true, ReasonRestoreDone, fmt.Sprintf("Snapshot %s (taken %s, revision %d) was restored at %s.%s",
+			last.Snapshot.Ref(), last.Snapshot.Taken.UTC().Format(time.RFC3339), last.Snapshot.Revision, last.At.UTC().Format(time.RFC3339), aside))
+	default:
+		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionRestored)
+	}
+}
+
+// forgetBackups drops the backup gauges of a deleted Cluster (its snapshots stay).
+func forgetBackups(cl *clustersv1alpha1.Cluster) {
+	for _, v := range []*prometheus.GaugeVec{metricBackupTime, metricBackupSize} {
+		v.DeleteLabelValues(refName(cl))
+	}
+	metricBackupFailures.DeleteLabelValues(refName(cl))
+}
+
+func refName(cl *clustersv1alpha1.Cluster) string { return client.ObjectKeyFromObject(cl).String() }
