@@ -218,11 +218,11 @@ func TestBackupRestoreDrill(t *testing.T) {
 func TestFinishRestore(t *testing.T) {
 	snap := &backend.Snapshot{Name: "20260101T000000Z", Cluster: "uid"}
 	for _, tc := range []struct {
-		name                     string
-		restoring                bool
-		data, staging, part      bool
-		pending, restored bool
-		wantData, wantStaging    bool
+		name                  string
+		restoring             bool
+		data, staging, part   bool
+		pending, restored     bool
+		wantData, wantStaging bool
 	}{
 		{name: "no restore: leftovers go", data: true, staging: true, part: true, wantData: true},
 		{name: "restored, data not moved yet: undone", restoring: true, data: true, staging: true, wantData: true},
