@@ -3,9 +3,11 @@ package backend
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"k8s.io/apimachinery/pkg/types"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -83,15 +85,23 @@ type Snapshot struct {
 func (s Snapshot) Ref() string { return string(s.Cluster) + "/" + s.Name }
 
 // ParseSnapshotRef splits an AnnotationRestoreFrom value into the Cluster UID and the snapshot
-// name; the error says what the value should look like.
+// name; the error says what the value should look like. Both are checked (a UUID, and a name as
+// snapshots are named), so that neither can name a file outside the snapshots of that Cluster.
 func ParseSnapshotRef(ref string) (types.UID, string, error) {
 	uid, name, ok := strings.Cut(strings.TrimSpace(ref), "/")
-	if !ok || uid == "" || name == "" || strings.Contains(name, "/") {
-		return "", "", fmt.Errorf("%s %q is not \"<uid of a Cluster>/<snapshot name>\" (the name as the other Cluster's status.providerStatus.backups lists it)",
+	if !ok || uuid.Validate(uid) != nil || !ValidSnapshotName(name) {
+		return "", "", fmt.Errorf("%s %q is not \"<uid of a Cluster>/<snapshot name>\" (the UID in the other Cluster's metadata.uid, the name as its status.providerStatus.backups lists it)",
 			AnnotationRestoreFrom, ref)
 	}
 	return types.UID(uid), name, nil
 }
+
+// snapshotName is how snapshots are named: the UTC second they were taken, and a counter for a
+// second one in the same second.
+var snapshotName = regexp.MustCompile(`^[0-9]{8}T[0-9]{6}Z(-[0-9]{1,4})?$`)
+
+// ValidSnapshotName reports whether name is a snapshot's name (20261125T213000Z).
+func ValidSnapshotName(name string) bool { return snapshotName.MatchString(name) }
 
 // Restored is the last restore a Backend made of a cluster (State.Restored), done or failed.
 type Restored struct {

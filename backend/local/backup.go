@@ -206,8 +206,8 @@ func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster
 // checkSnapshot finds snapshot name among the snapshots of the cluster with uid and checks its
 // file against its record and with etcdutl.
 func (b *Backend) checkSnapshot(ctx context.Context, bins Binaries, uid types.UID, name string) (backend.Snapshot, error) {
-	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-		return backend.Snapshot{}, refuse("%q is not a snapshot name; the names are in status.providerStatus.backups", name)
+	if !backend.ValidSnapshotName(name) {
+		return backend.Snapshot{}, refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
 	}
 	if err := bins.backupTools(); err != nil {
 		return backend.Snapshot{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -164,6 +165,22 @@ func TestCreateValidation(t *testing.T) {
 				o.(*providersv1alpha1.ProviderConfig).Spec.Kind = &providersv1alpha1.KindBackendConfig{}
 			},
 			message: "spec.kind is only allowed with backend kind",
+		},
+		{
+			name: "provider config with a backup interval under a minute",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				o.(*providersv1alpha1.ProviderConfig).Spec.Backup = &providersv1alpha1.BackupPolicy{Interval: &metav1.Duration{Duration: 30 * time.Second}}
+			},
+			message: "backup.interval must be at least 1m",
+		},
+		{
+			name: "provider config keeping too many backups",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				o.(*providersv1alpha1.ProviderConfig).Spec.Backup = &providersv1alpha1.BackupPolicy{Keep: 1001}
+			},
+			message: "spec.backup.keep: Invalid value: 1001: spec.backup.keep in body should be less than or equal to 1000",
 		},
 	}
 	ctx := context.Background()
