@@ -2,8 +2,11 @@ package local
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // ran gives cl the provider status a cluster that ran writes, as the Cluster reconciler does.
@@ -269,4 +273,57 @@ func TestVersionFits(t *testing.T) {
 		err := versionFits(backend.Snapshot{Name: "s", Version: tc.snap}, tc.running)
 		assert.Equal(t, tc.ok, err == nil, "%s into %s: %v", tc.snap, tc.running, err)
 	}
+}
+
+// benchObjects is how many ConfigMaps BenchmarkBackup writes before the first snapshot.
+const benchObjects = 10000
+
+// BenchmarkBackup fills a local cluster with benchObjects ConfigMaps (256 bytes of data each) and
+// then, per iteration, takes a snapshot (snapshot-s: etcdctl snapshot save, the SHA-256 and the
+// etcdutl check; snapshot-MB its size) and restores it in place (restore-ready-s: from the call to
+// the cluster complete again on the snapshot's data). The last ConfigMap is read back after each
+// restore.
+//
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkBackup -benchtime 3x -timeout 30m ./backend/local/
+func BenchmarkBackup(b *testing.B) {
+	h := startBenchBackend(b, 1, nil)
+	ctx := b.Context()
+	cl := newCluster("backup")
+	_, _, err := h.awaitReady(ctx, cl)
+	require.NoError(b, err)
+	admin, err := h.b.AdminConfig(ctx, cl)
+	require.NoError(b, err)
+	cs := kubernetes.NewForConfigOrDie(admin)
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{})
+	require.NoError(b, err)
+	payload := strings.Repeat("x", 256)
+	errs := make([]error, benchObjects)
+	testenv.Parallel(8, benchObjects, func(i int) {
+		_, errs[i] = cs.CoreV1().ConfigMaps("bench").Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i)}, Data: map[string]string{"v": payload}}, metav1.CreateOptions{})
+	})
+	require.NoError(b, errors.Join(errs...))
+	var snapS, restoreS, sizes []float64
+	var keys int64
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		s, err := h.b.Snapshot(ctx, cl, 2)
+		require.NoError(b, err)
+		snapS = append(snapS, time.Since(start).Seconds())
+		sizes = append(sizes, float64(s.Size)/1e6)
+		keys = s.Keys
+		start = time.Now()
+		require.NoError(b, h.b.Restore(ctx, cl, s.Name))
+		_, _, err = h.awaitReady(ctx, cl)
+		require.NoError(b, err)
+		restoreS = append(restoreS, time.Since(start).Seconds())
+		_, err = cs.CoreV1().ConfigMaps("bench").Get(ctx, fmt.Sprintf("cm-%d", benchObjects-1), metav1.GetOptions{})
+		require.NoError(b, err, "the data is back")
+	}
+	b.StopTimer()
+	b.ReportMetric(mean(snapS), "snapshot-s")
+	b.ReportMetric(mean(sizes), "snapshot-MB")
+	b.ReportMetric(mean(restoreS), "restore-ready-s")
+	b.ReportMetric(float64(keys), "keys")
 }
