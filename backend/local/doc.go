@@ -73,6 +73,16 @@
 // cluster that ran is DataLost, as a missing cluster folder is. A full --state-dir is reason
 // StateDirFull, tried again every Options.StateRetry.
 //
+// # Backups
+//
+// Snapshots of a cluster's etcd (backup.go) are taken with the etcdctl of its binaries folder over
+// the etcd socket, checked with etcdutl, and kept in <state-dir>/backups/<Cluster UID>/, outside
+// the cluster's folder: they outlive their Cluster. A restore stops the cluster, restores the
+// snapshot into a new data folder with etcdutl, moves the old one to backups/<UID>/replaced/ and
+// starts the cluster again in its folder, on its ports, with its CA; the record's Restoring field
+// lets a start after a crash finish or undo it. A Cluster annotated with
+// backend.AnnotationRestoreFrom is made from another Cluster's snapshot.
+//
 // # One process per folder
 //
 // Start takes an exclusive lock (flock) on <state-dir>/.lock before it adopts anything and holds
