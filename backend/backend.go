@@ -134,6 +134,9 @@ type State struct {
 	// supervises it (local); nil where the Backend does not report it (kind: kubeadm runs it).
 	// The cluster is complete only while it is Ready too.
 	ControllerManager *Part
+	// Etcd is the state of the cluster's etcd beyond answering (its NOSPACE alarm), for a Backend
+	// that keeps it (local); nil where the Backend does not report it.
+	Etcd *Part
 	// Repaired, when not empty, says what of the cluster's state the backend found damaged and
 	// made anew without loss (a garbled record rebuilt from the Cluster's status). It is reported
 	// by one Ensure only: the reconciler turns it into a Warning Event.

@@ -32,6 +32,14 @@ const (
 	AnnotationRestoreFrom = "backup.clusters.openmcp.cloud/restore-from"
 )
 
+// AnnotationImageRefresh on a Cluster asks the hosted backend to roll its control plane to the
+// image the ProviderConfig names now for the version it runs (hosted.AnnotationImageRefresh).
+const AnnotationImageRefresh = "hosted.clusters.openmcp.cloud/image-refresh"
+
+// RequestAnnotations are the annotations with which a user asks something of a Cluster's cluster:
+// a change of one of them is an event for the Cluster reconciler, though no generation changes.
+var RequestAnnotations = []string{AnnotationSnapshot, AnnotationRestore, AnnotationImageRefresh}
+
 // Reasons of the backup and restore conditions and Events.
 const (
 	// ReasonRestoreRefused: the snapshot named cannot be restored; nothing changed.

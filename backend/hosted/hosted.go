@@ -417,7 +417,7 @@ func rolledOutAll(ctx context.Context, h *host, s *Spec) bool {
 // names now for the version it runs: the one deliberate way to bring a patched image of the SAME
 // version to an existing Cluster (images otherwise stay as recorded at creation). Each new value
 // refreshes once; the value refreshed is recorded.
-const AnnotationImageRefresh = "hosted.clusters.openmcp.cloud/image-refresh"
+const AnnotationImageRefresh = backend.AnnotationImageRefresh
 
 // imageRefresh records the ProviderConfig's image of the running version in ps when cl asks for a
 // refresh it has not had (AnnotationImageRefresh). A control plane whose etcd is on an emptyDir

@@ -187,7 +187,7 @@ func checkEtcdStarts(ctx context.Context, etcdBin string) error {
 	defer cancel()
 
 	var out bytes.Buffer
-	cmd := exec.Command(etcdBin, etcdArgs(dir)...)
+	cmd := exec.Command(etcdBin, etcdArgs(dir, DefaultEtcdQuota)...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &out, &out // one writer: exec writes from one goroutine
 	cmd.SysProcAttr = procAttr()

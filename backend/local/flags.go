@@ -34,6 +34,21 @@ type Tuning struct {
 	// ConcurrentSyncs, when not zero, sets every --concurrent-*-syncs flag of the controller
 	// manager to this number of workers (its defaults are 1 to 20 per controller).
 	ConcurrentSyncs int
+	// EtcdQuotaBytes is etcd's --quota-backend-bytes: past it etcd raises its NOSPACE alarm and
+	// takes no more writes (etcdhealth.go). Zero is DefaultEtcdQuota.
+	EtcdQuotaBytes int64
+}
+
+// DefaultEtcdQuota is the quota of a cluster's etcd: a small cluster needs neither the default
+// 2 GiB's headroom nor more of the pod's disk.
+const DefaultEtcdQuota int64 = 1 << 30
+
+// etcdQuota is t's quota of etcd.
+func (t Tuning) etcdQuota() int64 {
+	if t.EtcdQuotaBytes > 0 {
+		return t.EtcdQuotaBytes
+	}
+	return DefaultEtcdQuota
 }
 
 // DefaultTuning is what the operator runs with.
@@ -59,7 +74,7 @@ func (t Tuning) env(memLimit string) []string {
 // the same flags as 3.7: one set of flags for every etcd line, no version detection. A peer on a
 // loopback TCP port instead, though a one-member cluster never dials it, would be a listener
 // every process in the pod's network namespace reaches.
-func etcdArgs(dir string) []string {
+func etcdArgs(dir string, quota int64) []string {
 	client := "unix://" + etcdSocket
 	peer := "unix://" + etcdPeerSocket
 	return []string{
@@ -72,9 +87,7 @@ func etcdArgs(dir string) []string {
 		"--initial-cluster=default=" + peer,
 		"--listen-metrics-urls=",
 		"--log-level=warn",
-		// A small cluster needs neither the default 2 GiB quota's headroom nor frequent
-		// snapshots to stay small.
-		"--quota-backend-bytes=" + strconv.Itoa(1<<30),
+		"--quota-backend-bytes=" + strconv.FormatInt(quota, 10),
 		"--auto-compaction-mode=periodic",
 		"--auto-compaction-retention=1h",
 	}

@@ -29,7 +29,7 @@ func flagMap(t *testing.T, args []string) map[string]string {
 func TestEtcdArgs(t *testing.T) {
 	for _, dir := range []string{"/var/lib/cp/uid-1", "/tmp/state/3f2a"} {
 		t.Run(dir, func(t *testing.T) {
-			args := etcdArgs(dir)
+			args := etcdArgs(dir, DefaultEtcdQuota)
 			for _, a := range args {
 				assert.NotContains(t, a, "unsafe-no-fsync", "fsync stays on")
 				assert.NotContains(t, a, "http", "no TCP listener")

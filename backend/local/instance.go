@@ -68,6 +68,8 @@ type instance struct {
 	log   logr.Logger
 	probe *http.Client // authenticates as the admin; verifies the cluster CA
 	etcd  *http.Client // reaches etcd's client socket
+	// etcdMaint reaches it too, without the probes' timeout: a defragmentation takes its time.
+	etcdMaint *http.Client
 	// authMu serializes writes of the authentication configuration file.
 	authMu sync.Mutex
 
@@ -76,8 +78,13 @@ type instance struct {
 	api, kcm part
 	version  string
 	restarts int
-	pids     map[string]int
-	procs    map[string]*process
+	// etcdPart is what keepEtcdHealthy last reported: nil while etcd is fine. defragged is when
+	// etcd was last defragmented.
+	etcdPart  *backend.Part
+	defragged time.Time
+	freedAt   int64 // the revision at which a full etcd was last compacted and defragmented
+	pids      map[string]int
+	procs     map[string]*process
 
 	cancel  context.CancelFunc
 	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
@@ -100,14 +107,15 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	starting := backend.Part{Reason: backend.ReasonStarting}
 	in := &instance{
 		b: b, dir: dir, bins: bins, pki: p, meta: m,
-		log:     b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID),
-		etcd:    etcd,
-		api:     part{Part: starting},
-		kcm:     part{Part: starting},
-		pids:    map[string]int{},
-		procs:   map[string]*process{},
-		done:    make(chan struct{}),
-		recheck: make(chan struct{}, 1),
+		log:       b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID),
+		etcd:      etcd,
+		etcdMaint: &http.Client{Transport: etcd.Transport},
+		api:       part{Part: starting},
+		kcm:       part{Part: starting},
+		pids:      map[string]int{},
+		procs:     map[string]*process{},
+		done:      make(chan struct{}),
+		recheck:   make(chan struct{}, 1),
 	}
 	// The probe presents the admin certificate of the moment: a renewal (renewIfDue) needs no
 	// new client.
@@ -238,7 +246,7 @@ func exitText(err error) string {
 
 func (in *instance) startEtcd(context.Context) (*process, error) {
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.Etcd(), etcdArgs(in.dir), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
+	return startProcess(in.bins.Etcd(), etcdArgs(in.dir, t.etcdQuota()), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
 }
 
 // startAPIServer starts kube-apiserver. If its port was taken in the meantime by another
@@ -389,9 +397,10 @@ func etcdClient(socket string) *http.Client {
 	}}
 }
 
-// etcdHealthy asks etcd's /health whether it serves.
+// etcdHealthy asks etcd's /health whether it serves. A NOSPACE alarm does not count: a full etcd
+// serves reads and deletes (keepEtcdHealthy reports and clears it).
 func etcdHealthy(ctx context.Context, c *http.Client) error {
-	body, err := get(ctx, c, "http://etcd/health")
+	body, err := get(ctx, c, "http://etcd/health?exclude=NOSPACE")
 	if err != nil {
 		return err
 	}
@@ -423,6 +432,7 @@ func (in *instance) watchReady(ctx context.Context) {
 		case <-in.recheck:
 		case <-tick.C:
 			in.renewIfDue()
+			in.checkEtcd(ctx)
 			// A Ready part whose process is alive but answers nothing (hung, or SIGSTOPped) is
 			// restarted after healthFailures missed checks in a row, as a liveness probe would.
 			for name, check := range alive {
@@ -502,6 +512,25 @@ func (in *instance) apiServerAlive(ctx context.Context) bool {
 	url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer) + "/livez"
 	in.mu.Unlock()
 	return !ready || in.alive(ctx, procAPIServer, func(ctx context.Context) error { _, err := get(ctx, in.probe, url); return err })
+}
+
+// checkEtcd runs keepEtcdHealthy on the etcd of a Ready API server and notifies a change of what
+// it reports.
+func (in *instance) checkEtcd(ctx context.Context) {
+	in.mu.Lock()
+	ready := in.api.Ready
+	in.mu.Unlock()
+	if !ready {
+		return
+	}
+	p := in.keepEtcdHealthy(ctx)
+	in.mu.Lock()
+	changed := (p == nil) != (in.etcdPart == nil) || (p != nil && in.etcdPart != nil && p.Message != in.etcdPart.Message)
+	in.etcdPart = p
+	in.mu.Unlock()
+	if changed {
+		in.b.notify(in)
+	}
 }
 
 // etcdAlive reports whether the etcd of a Ready API server answers its health check.
@@ -678,6 +707,10 @@ func (in *instance) state() backend.State {
 		},
 		Restarts: in.restarts,
 		Restored: in.meta.Restored,
+		Etcd:     &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: "No alarm: etcd's database is below its quota."},
+	}
+	if in.etcdPart != nil {
+		s.Etcd = in.etcdPart
 	}
 	if t := in.meta.DataLost; t != nil && in.meta.LostPart == lostEtcd {
 		s.DataLost = fmt.Sprintf("The cluster's etcd data folder %s was gone at %s although the cluster had run: etcd was started anew, EMPTY, with the cluster's CA, ports and kubeconfigs. "+

@@ -26,6 +26,9 @@ const (
 	// controllers (for a backend that supervises it: local). Without it the cluster is incomplete:
 	// aggregated roles stay empty, namespaces never finish deleting.
 	ConditionControllerManagerReady = "ControllerManagerReady"
+	// ConditionEtcdHealthy says whether the cluster's etcd takes writes (for a backend that reports
+	// it: local): False with reason EtcdNoSpace while its database is at its quota.
+	ConditionEtcdHealthy = "EtcdHealthy"
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
 	// ConditionVersionUpToDate says whether the cluster runs the version the Cluster asks for:
@@ -65,6 +68,8 @@ const (
 	ReasonVersionCurrent = "VersionCurrent"
 	// ReasonUpgraded: an upgrade finished (Event only).
 	ReasonUpgraded = "Upgraded"
+	// ReasonEtcdHealthy: etcd takes writes again after an alarm (Event only).
+	ReasonEtcdHealthy = "EtcdHealthy"
 )
 
 func setCondition(cl *clustersv1alpha1.Cluster, condType string, ok bool, reason, message string) {
@@ -104,6 +109,11 @@ func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State,
 		setCondition(cl, ConditionControllerManagerReady, p.Ready, p.Reason, p.Message)
 	} else {
 		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionControllerManagerReady)
+	}
+	if p := s.Etcd; p != nil {
+		setCondition(cl, ConditionEtcdHealthy, p.Ready, p.Reason, p.Message)
+	} else {
+		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionEtcdHealthy)
 	}
 	cl.Status.APIServer = s.Endpoint
 	cl.Status.Endpoints = cl.Status.Endpoints[:0]

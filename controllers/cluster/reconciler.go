@@ -178,6 +178,7 @@ func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 func (r *Reconciler) writeStatus(ctx context.Context, cl, base *clustersv1alpha1.Cluster, set func()) (reconcile.Result, error) {
 	set()
 	finish(cl)
+	recordReady(cl)
 	r.events(cl, base.Status.Conditions, base.Status.Phase)
 	if err := kit.PatchStatusIfChanged(ctx, r.Client, base, cl, statusOf); err != nil {
 		return reconcile.Result{}, fmt.Errorf("writing the status: %w", err)
@@ -207,6 +208,13 @@ func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condit
 			if b := meta.FindStatusCondition(before, ConditionVersionUpToDate); b != nil && b.Reason == backend.ReasonUpgrading {
 				r.Event(cl, "Normal", ReasonUpgraded, "Upgrade", "%s", c.Message)
 			}
+		}
+	}
+	if changed, c := transition(before, cl.Status.Conditions, ConditionEtcdHealthy); changed {
+		if c.Status != metav1.ConditionTrue {
+			r.Event(cl, "Warning", c.Reason, "Etcd", "%s", c.Message)
+		} else if b := meta.FindStatusCondition(before, ConditionEtcdHealthy); b != nil {
+			r.Event(cl, "Normal", ReasonEtcdHealthy, "Etcd", "%s", "etcd takes writes again.")
 		}
 	}
 	if changed, c := transition(before, cl.Status.Conditions, ConditionRestored); changed {
@@ -292,6 +300,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cl *clustersv1alpha1.C
 		return reconcile.Result{}, err
 	}
 	forgetBackups(cl)
+	forgetReady(cl)
 	log.FromContext(ctx).Info("Deleted the cluster", "backend", r.BackendName)
 	r.Event(cl, "Normal", ReasonDeleted, "Delete", "The %s cluster is deleted", r.BackendName)
 	return reconcile.Result{}, nil

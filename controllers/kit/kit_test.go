@@ -55,6 +55,30 @@ func TestStandardFilterUpdates(t *testing.T) {
 	assert.True(t, f.Delete(event.DeleteEvent{Object: obj(1, nil, false)}))
 }
 
+func TestAnnotationsChanged(t *testing.T) {
+	ask := func(v string) map[string]string { return map[string]string{"x/snapshot": v, "other": "o"} }
+	tests := []struct {
+		name     string
+		old, new map[string]string
+		want     bool
+	}{
+		{"set", nil, ask("now"), true},
+		{"changed", ask("a"), ask("b"), true},
+		{"removed", ask("now"), nil, true},
+		{"the same", ask("now"), ask("now"), false},
+		{"another annotation", map[string]string{"other": "1"}, map[string]string{"other": "2"}, false},
+		{"set to empty", nil, ask(""), true},
+	}
+	f := StandardFilter(AnnotationsChanged("x/snapshot", "x/restore"))
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, f.Update(event.UpdateEvent{ObjectOld: obj(1, tt.old, false), ObjectNew: obj(1, tt.new, false)}))
+		})
+	}
+	assert.False(t, f.Update(event.UpdateEvent{ObjectOld: obj(1, ignore, false), ObjectNew: obj(1, map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueIgnore, "x/restore": "s"}, false)}),
+		"nothing passes while ignored")
+}
+
 func TestHasLabel(t *testing.T) {
 	c := obj(1, nil, false)
 	c.Labels = map[string]string{"p": "me", "q": ""}

@@ -43,6 +43,20 @@ func LostAnnotation(key, value string) predicate.Predicate {
 	}}
 }
 
+// AnnotationsChanged passes updates that set, change or remove any of the annotations keys: the
+// requests a user makes of an object by annotating it (a snapshot, a restore) change no
+// generation.
+func AnnotationsChanged(keys ...string) predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, cur := e.ObjectOld.GetAnnotations(), e.ObjectNew.GetAnnotations()
+		return slices.ContainsFunc(keys, func(k string) bool {
+			o, had := old[k]
+			c, has := cur[k]
+			return had != has || o != c
+		})
+	}}
+}
+
 // DeletionTimestampChanged passes updates that set or clear the deletion timestamp.
 func DeletionTimestampChanged() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {

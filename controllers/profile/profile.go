@@ -39,7 +39,8 @@ func Kinds(providerName string, workers Workers) []manager.Kind {
 			Object: &clustersv1alpha1.Cluster{},
 			Key:    ClusterKey,
 			// A deleting Cluster waits for other controllers' finalizers: their removal must reach it.
-			Predicates: []predicate.Predicate{kit.StandardFilter(kit.FinalizersChangedWhileDeleting())},
+			// A user asks for a snapshot, a restore or an image refresh by annotating it.
+			Predicates: []predicate.Predicate{kit.StandardFilter(kit.FinalizersChangedWhileDeleting(), kit.AnnotationsChanged(backend.RequestAnnotations...))},
 			Workers:    workers.Cluster,
 		},
 		{

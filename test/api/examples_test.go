@@ -105,7 +105,8 @@ func TestSamplesAreAccepted(t *testing.T) {
 	}
 }
 
-// assertKept fails unless got holds every value of want: the server pruned and changed nothing,
+// assertKept fails unless got holds every value of want: the server pruned and changed nothing
+// (a number compared by its value),
 // though it may have added fields (defaults) to objects, in lists too.
 func assertKept(t *testing.T, path string, want, got any) {
 	t.Helper()
@@ -129,6 +130,7 @@ func assertKept(t *testing.T, path string, want, got any) {
 			assertKept(t, fmt.Sprintf("%s[%d]", path, i), w[i], g[i])
 		}
 	default:
-		assert.Equal(t, want, got, "%s: the server changed the value", path)
+		// EqualValues: the YAML's numbers read as float64, the server's integers as int64.
+		assert.EqualValues(t, want, got, "%s: the server changed the value", path)
 	}
 }

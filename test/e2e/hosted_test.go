@@ -339,8 +339,16 @@ func hostedAdmin(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) ku
 	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(cl), cl))
 	s := &corev1.Secret{}
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: hosted.NamespaceFor(cl.UID), Name: hosted.SecretAdmin}, s))
-	return kubernetes.NewForConfigOrDie(&rest.Config{Host: cl.Status.APIServer, Timeout: 5 * time.Second,
+	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: cl.Status.APIServer, Timeout: 5 * time.Second,
 		TLSClientConfig: rest.TLSClientConfig{CAData: s.Data["ca.crt"], CertData: s.Data["tls.crt"], KeyData: s.Data["tls.key"]}})
+	// The Cluster is Ready once the operator's probe, through the in-cluster Service, answers; the
+	// node's kube-proxy programs the NodePort of the external endpoint from the same EndpointSlice,
+	// a moment later on a busy node (a refused connection until then, seen once in make e2e-kind).
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := cs.Discovery().ServerVersion()
+		assert.NoError(ct, err)
+	}, convergeWithin, poll, "the external endpoint %s answers", cl.Status.APIServer)
+	return cs
 }
 
 // controlPlanePods maps each control-plane pod (namespace/name) to its uid and restart count.

@@ -1,0 +1,85 @@
+package local
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// TestEtcdNoSpace fills a cluster whose etcd has a 24 MiB quota until etcd refuses writes
+// (NOSPACE): the state says so (not restarted: a full etcd is not a hung one), and reads still
+// work. Once the objects are deleted, the backend compacts, defragments and disarms the alarm by
+// itself, and writes work again.
+func TestEtcdNoSpace(t *testing.T) {
+	tuning := DefaultTuning
+	tuning.EtcdQuotaBytes = 24 << 20
+	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Tuning: &tuning})
+	cl := newCluster("full")
+	s := h.await(cl, "Ready", complete)
+	require.NotNil(t, s.Etcd)
+	assert.True(t, s.Etcd.Ready)
+	admin, err := h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs := kubernetes.NewForConfigOrDie(admin)
+	pids := h.b.PIDs(cl.UID)
+
+	payload := strings.Repeat("x", 900<<10)
+	create := func(i int) error {
+		_, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i)}, Data: map[string]string{"v": payload}}, metav1.CreateOptions{})
+		return err
+	}
+	// Filled until etcd refuses; while what the quota holds is history, the backend frees it
+	// (compaction, defragmentation, alarm disarmed) and the write works again; once it is live
+	// data, the alarm stays and the state says so.
+	written, refusals := 0, 0
+	for full := false; !full; {
+		require.Less(t, written, 60, "24 MiB cannot hold 60 ConfigMaps of 900 KiB")
+		err := create(written)
+		if err == nil {
+			written++
+			continue
+		}
+		require.ErrorContains(t, err, "database space exceeded")
+		refusals++
+		require.Eventually(t, func() bool {
+			s, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+			require.NoError(t, err)
+			if full = s.Etcd != nil && !s.Etcd.Ready; full {
+				return true
+			}
+			if create(written) == nil { // freed and disarmed
+				written++
+				return true
+			}
+			return false
+		}, readyWithin, 200*time.Millisecond, "etcd refused a write: the backend frees space or says it is full")
+	}
+	t.Logf("%d ConfigMaps of 900 KiB written, %d refusals, until etcd stayed full", written, refusals)
+
+	full := h.await(cl, "EtcdNoSpace", func(s backend.State) bool { return s.Etcd != nil && !s.Etcd.Ready })
+	assert.Equal(t, ReasonEtcdNoSpace, full.Etcd.Reason)
+	assert.Contains(t, full.Etcd.Message, "reached its quota")
+	assert.Contains(t, full.Etcd.Message, "Delete objects")
+	assert.True(t, full.Ready, "it serves reads")
+	_, err = cs.CoreV1().ConfigMaps("default").Get(t.Context(), "big-0", metav1.GetOptions{})
+	require.NoError(t, err, "reads work")
+
+	for i := range written {
+		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(t.Context(), fmt.Sprintf("big-%d", i), metav1.DeleteOptions{}), "deletes work on a full etcd")
+	}
+	freed := h.await(cl, "etcd takes writes again", func(s backend.State) bool { return s.Etcd != nil && s.Etcd.Ready })
+	assert.True(t, freed.Ready)
+	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, pids, h.b.PIDs(cl.UID), "no process was restarted")
+}
