@@ -240,6 +240,7 @@ func (s *Spec) NamespaceObject() *corev1.Namespace {
 func (s *Spec) Objects() []client.Object {
 	return []client.Object{
 		s.EtcdService(),
+		s.EtcdMetricsService(),
 		s.InternalService(),
 		s.ExternalService(),
 		s.EtcdNetworkPolicy(),
@@ -265,6 +266,34 @@ func (s *Spec) EtcdService() *corev1.Service {
 		},
 	}
 }
+
+// EtcdMetricsService names etcd's plain-HTTP metrics port (/metrics, /health) for a monitoring
+// system: a headless Service whose port is named "metrics" and which carries LabelMetrics, so a
+// Prometheus Operator ServiceMonitor (selector LabelMetrics=etcd, port metrics, every hcp-*
+// namespace) or any Kubernetes service discovery finds every control plane's etcd. Nothing of the
+// Prometheus Operator must be installed. The NetworkPolicy lets in namespaces labelled
+// LabelMonitoring=true.
+func (s *Spec) EtcdMetricsService() *corev1.Service {
+	m := s.meta(NameEtcdMetrics, ComponentEtcd)
+	m.Labels[LabelMetrics] = ComponentEtcd
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: m,
+		Spec: corev1.ServiceSpec{
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  s.selector(ComponentEtcd),
+			Ports:     []corev1.ServicePort{{Name: "metrics", Port: portEtcdHTTP, TargetPort: intstr.FromInt32(portEtcdHTTP), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// Labels of monitoring: LabelMetrics on the Services a monitoring system scrapes, LabelMonitoring
+// (value "true") on the namespaces whose pods may scrape etcd.
+const (
+	LabelMetrics    = "hosted.clusters.openmcp.cloud/metrics"
+	LabelMonitoring = "hosted.clusters.openmcp.cloud/monitoring"
+	NameEtcdMetrics = "etcd-metrics"
+)
 
 // InternalService is the API server's Service inside the host cluster (apiserver-internal).
 func (s *Spec) InternalService() *corev1.Service {
@@ -300,8 +329,8 @@ func (s *Spec) exposure() corev1.ServiceType {
 	return corev1.ServiceTypeNodePort
 }
 
-// EtcdNetworkPolicy lets only the cluster's API server pods reach etcd's client port, and etcd
-// reach nothing.
+// EtcdNetworkPolicy lets only the cluster's API server pods reach etcd's client port, pods of
+// namespaces labelled LabelMonitoring=true its metrics port, and etcd reach nothing.
 func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
@@ -312,6 +341,9 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{{
 				From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)}}},
 				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)},
+			}, {
+				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelMonitoring: "true"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdHTTP)},
 			}},
 		},
 	}
@@ -389,7 +421,7 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		Name:    containerEtcd,
 		Image:   s.Image,
 		Command: []string{binDir + "etcd"},
-		Args:    etcdArgs(s.Namespace),
+		Args:    etcdArgs(s.Namespace, s.etcdQuota()),
 		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: portEtcd, Protocol: corev1.ProtocolTCP},
 			{Name: "health", ContainerPort: portEtcdHTTP, Protocol: corev1.ProtocolTCP}},
 		Env:       goEnv(containerEtcd),
@@ -445,10 +477,32 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	return stamp(sts)
 }
 
+// Bounds of etcd's quota (etcdQuota).
+const (
+	emptyDirEtcdQuota int64 = 1 << 30
+	minEtcdQuota      int64 = 256 << 20
+	maxEtcdQuota      int64 = 8 << 30 // etcd's own advice for the largest database
+)
+
+// etcdQuota is etcd's --quota-backend-bytes: three quarters of its claim, the rest left for the
+// write-ahead log and etcd's own snapshots (a volume that fills up stops etcd; a database at its
+// quota only stops writes, NOSPACE), within [256 MiB, 8 GiB]; 1 GiB on an emptyDir, which has no
+// size of its own.
+func (s *Spec) etcdQuota() int64 {
+	if s.StorageClassName == "" {
+		return emptyDirEtcdQuota
+	}
+	size := s.StorageSize
+	if size.IsZero() {
+		size = DefaultStorageSize
+	}
+	return min(max(size.Value()/4*3, minEtcdQuota), maxEtcdQuota)
+}
+
 // etcdArgs are etcd's flags: one member, TLS with client certificates of its own CA on the client
 // port (the API server's is the only one issued), the peer port on the pod's loopback, plain
 // /health on portEtcdHTTP for the kubelet's probes.
-func etcdArgs(namespace string) []string {
+func etcdArgs(namespace string, quota int64) []string {
 	peer := fmt.Sprintf("http://127.0.0.1:%d", portEtcdPeer)
 	return []string{
 		"--name=default",
@@ -464,7 +518,7 @@ func etcdArgs(namespace string) []string {
 		"--trusted-ca-file=" + etcdPKIMount + "/ca.crt",
 		"--client-cert-auth=true",
 		"--log-level=warn",
-		"--quota-backend-bytes=" + strconv.Itoa(1<<30),
+		"--quota-backend-bytes=" + strconv.FormatInt(quota, 10),
 		"--auto-compaction-mode=periodic",
 		"--auto-compaction-retention=1h",
 	}

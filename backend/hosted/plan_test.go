@@ -178,7 +178,13 @@ func TestNetworkPolicies(t *testing.T) {
 			etcd := s.EtcdNetworkPolicy()
 			assert.Len(t, etcd.Spec.PolicyTypes, 2, "ingress and egress: etcd reaches nothing")
 			assert.Empty(t, etcd.Spec.Egress)
-			require.Len(t, etcd.Spec.Ingress, 1)
+			require.Len(t, etcd.Spec.Ingress, 2)
+			// Its metrics port, from monitoring namespaces only.
+			metrics := etcd.Spec.Ingress[1]
+			assert.Equal(t, intstr.FromInt32(2381), *metrics.Ports[0].Port)
+			require.Len(t, metrics.From, 1)
+			assert.Nil(t, metrics.From[0].PodSelector)
+			assert.Equal(t, map[string]string{LabelMonitoring: "true"}, metrics.From[0].NamespaceSelector.MatchLabels)
 		})
 	}
 }
@@ -266,10 +272,13 @@ func TestEtcdStatefulSet(t *testing.T) {
 		size        resource.Quantity
 		wantClaim   bool
 		wantSize    string
+		wantQuota   string
 	}{
-		{name: "no storage class: emptyDir", wantClaim: false},
-		{name: "storage class, default size", class: "fast", wantClaim: true, wantSize: "1Gi"},
-		{name: "storage class and size", class: "fast", size: resource.MustParse("5Gi"), wantClaim: true, wantSize: "5Gi"},
+		{name: "no storage class: emptyDir", wantClaim: false, wantQuota: "1073741824"},
+		{name: "storage class, default size", class: "fast", wantClaim: true, wantSize: "1Gi", wantQuota: "805306368"},
+		{name: "storage class and size", class: "fast", size: resource.MustParse("5Gi"), wantClaim: true, wantSize: "5Gi", wantQuota: "4026531840"},
+		{name: "a small claim: the smallest quota", class: "fast", size: resource.MustParse("200Mi"), wantClaim: true, wantSize: "200Mi", wantQuota: "268435456"},
+		{name: "a large claim: the largest quota", class: "fast", size: resource.MustParse("100Gi"), wantClaim: true, wantSize: "100Gi", wantQuota: "8589934592"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testSpec()
@@ -301,6 +310,7 @@ func TestEtcdStatefulSet(t *testing.T) {
 			assert.Equal(t, "https://0.0.0.0:2379", f["--listen-client-urls"])
 			assert.Equal(t, "http://127.0.0.1:2380", f["--listen-peer-urls"], "the peer port stays in the pod")
 			assert.Equal(t, "/var/lib/etcd/data", f["--data-dir"], "a folder etcd makes 0700 itself")
+			assert.Equal(t, tc.wantQuota, f["--quota-backend-bytes"], "three quarters of the claim, within bounds")
 			assert.Equal(t, "/health?serializable=true", c.ReadinessProbe.HTTPGet.Path)
 		})
 	}
