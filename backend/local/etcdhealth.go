@@ -69,11 +69,11 @@ func (a etcdAlarms) has(alarm string) bool {
 func (in *instance) keepEtcdHealthy(ctx context.Context) *backend.Part {
 	quota := in.b.opts.Tuning.etcdQuota()
 	var alarms etcdAlarms
-	if err := etcdPost(ctx, in.etcdMaint, "/v3/maintenance/alarm", map[string]string{"action": "GET"}, &alarms); err != nil {
+	if err := etcdPost(ctx, in.etcdMaint, probeTimeout, "/v3/maintenance/alarm", map[string]string{"action": "GET"}, &alarms); err != nil {
 		return nil // the liveness check reports an etcd that does not answer
 	}
 	var st etcdStatus
-	if err := etcdPost(ctx, in.etcdMaint, "/v3/maintenance/status", struct{}{}, &st); err != nil {
+	if err := etcdPost(ctx, in.etcdMaint, probeTimeout, "/v3/maintenance/status", struct{}{}, &st); err != nil {
 		return nil
 	}
 	if !alarms.has("NOSPACE") {
@@ -94,12 +94,12 @@ func (in *instance) keepEtcdHealthy(ctx context.Context) *backend.Part {
 	if tried {
 		return in.noSpace(st, quota)
 	}
-	if err := etcdPost(ctx, in.etcdMaint, "/v3/kv/compaction", map[string]any{"revision": fmt.Sprint(st.Header.Revision), "physical": true}, nil); err != nil {
+	if err := etcdPost(ctx, in.etcdMaint, etcdMaintenanceTimeout, "/v3/kv/compaction", map[string]any{"revision": fmt.Sprint(st.Header.Revision), "physical": true}, nil); err != nil {
 		in.log.V(1).Info("Compacting a full etcd failed", "err", err.Error())
 	}
 	if st = in.defrag(ctx, st); st.DBSize > 0 && float64(st.DBSize) < nospaceDisarmAt*float64(quota) {
 		disarm := map[string]string{"action": "DEACTIVATE", "memberID": fmt.Sprint(st.Header.MemberID), "alarm": "NOSPACE"}
-		if err := etcdPost(ctx, in.etcdMaint, "/v3/maintenance/alarm", disarm, nil); err == nil {
+		if err := etcdPost(ctx, in.etcdMaint, probeTimeout, "/v3/maintenance/alarm", disarm, nil); err == nil {
 			in.log.Info("etcd's database is below its quota again: disarmed its NOSPACE alarm", "bytes", st.DBSize, "quota", quota)
 			return nil
 		}
@@ -118,7 +118,7 @@ func (in *instance) noSpace(st etcdStatus, quota int64) *backend.Part {
 // defrag defragments etcd and returns its status after.
 func (in *instance) defrag(ctx context.Context, before etcdStatus) etcdStatus {
 	start := time.Now()
-	if err := etcdPost(ctx, in.etcdMaint, "/v3/maintenance/defragment", struct{}{}, nil); err != nil {
+	if err := etcdPost(ctx, in.etcdMaint, etcdMaintenanceTimeout, "/v3/maintenance/defragment", struct{}{}, nil); err != nil {
 		in.log.Error(err, "Defragmenting etcd failed; the next health check tries again")
 		return before
 	}
@@ -126,16 +126,18 @@ func (in *instance) defrag(ctx context.Context, before etcdStatus) etcdStatus {
 	in.defragged = time.Now()
 	in.mu.Unlock()
 	var after etcdStatus
-	if err := etcdPost(ctx, in.etcdMaint, "/v3/maintenance/status", struct{}{}, &after); err != nil {
+	if err := etcdPost(ctx, in.etcdMaint, probeTimeout, "/v3/maintenance/status", struct{}{}, &after); err != nil {
 		return before
 	}
 	in.log.Info("Defragmented etcd", "bytesBefore", before.DBSize, "bytesAfter", after.DBSize, "took", time.Since(start).Round(time.Millisecond).String())
 	return after
 }
 
-// etcdPost posts in as JSON to the gateway path of etcd and decodes its answer into out.
-func etcdPost(ctx context.Context, c *http.Client, path string, in, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, etcdMaintenanceTimeout)
+// etcdPost posts in as JSON to the gateway path of etcd and decodes its answer into out, within
+// timeout: probeTimeout for a question (a hung etcd must not hold the health checks up; its
+// liveness check restarts it), etcdMaintenanceTimeout for a compaction or defragmentation.
+func etcdPost(ctx context.Context, c *http.Client, timeout time.Duration, path string, in, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	body, err := json.Marshal(in)
 	if err != nil {

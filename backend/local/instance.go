@@ -432,7 +432,6 @@ func (in *instance) watchReady(ctx context.Context) {
 		case <-in.recheck:
 		case <-tick.C:
 			in.renewIfDue()
-			in.checkEtcd(ctx)
 			// A Ready part whose process is alive but answers nothing (hung, or SIGSTOPped) is
 			// restarted after healthFailures missed checks in a row, as a liveness probe would.
 			for name, check := range alive {
@@ -446,6 +445,8 @@ func (in *instance) watchReady(ctx context.Context) {
 					in.restartHung(name)
 				}
 			}
+			// After the liveness checks: a defragmentation may take a while.
+			in.checkEtcd(ctx)
 			continue
 		}
 		for {
