@@ -27,4 +27,6 @@ func recordReady(cl *clustersv1alpha1.Cluster) {
 }
 
 // forgetReady drops the status gauge of a deleted Cluster.
-func forgetReady(cl *clustersv1alpha1.Cluster) { metricReady.DeleteLabelValues(refName(cl), cl.Spec.Profile) }
+func forgetReady(cl *clustersv1alpha1.Cluster) {
+	metricReady.DeleteLabelValues(refName(cl), cl.Spec.Profile)
+}
