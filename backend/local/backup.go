@@ -354,6 +354,10 @@ func (b *Backend) restore(r *restore, dir string, bins Binaries, m meta) {
 	if b.restores[m.UID] != r || !b.started || b.instances[m.UID] != r.old {
 		if b.restores[m.UID] == r {
 			delete(b.restores, m.UID)
+		} else if b.started {
+			// Deleted meanwhile (Delete forgot the restore): what the restore wrote after Delete
+			// removed the folder goes too; the Cluster is gone, and UIDs are never reused.
+			os.RemoveAll(dir)
 		}
 		return // deleted, or the backend stopped: the next start finishes what the folder holds
 	}
