@@ -27,8 +27,9 @@ import (
 //     takes (tens of milliseconds for a small database).
 const (
 	// nospaceDisarmAt is the share of the quota under which a NOSPACE alarm is disarmed: room for
-	// some writes before it would be raised again.
-	nospaceDisarmAt = 0.9
+	// writes before it is raised again. Closer to 1, a database of live data just under it would
+	// be disarmed, refuse the next write and be full again at once, over and over.
+	nospaceDisarmAt = 0.8
 	defragMinBytes  = 64 << 20
 	defragEvery     = 6 * time.Hour
 	// etcdMaintenanceTimeout bounds one compaction or defragmentation.

@@ -9,10 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestEtcdNoSpace fills a cluster whose etcd has a 24 MiB quota until etcd refuses writes
@@ -22,7 +24,7 @@ import (
 func TestEtcdNoSpace(t *testing.T) {
 	tuning := DefaultTuning
 	tuning.EtcdQuotaBytes = 24 << 20
-	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Tuning: &tuning})
+	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Tuning: &tuning, Logger: testenv.Logger(t)})
 	cl := newCluster("full")
 	s := h.await(cl, "Ready", complete)
 	require.NotNil(t, s.Etcd)
@@ -33,9 +35,14 @@ func TestEtcdNoSpace(t *testing.T) {
 	pids := h.b.PIDs(cl.UID)
 
 	payload := strings.Repeat("x", 900<<10)
+	// etcd applies the write that takes it over its quota and answers NOSPACE all the same: a
+	// refused create may have made its object, and the next try finds it.
 	create := func(i int) error {
 		_, err := cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%d", i)}, Data: map[string]string{"v": payload}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
 		return err
 	}
 	// Filled until etcd refuses; while what the quota holds is history, the backend frees it
@@ -51,18 +58,30 @@ func TestEtcdNoSpace(t *testing.T) {
 		}
 		require.ErrorContains(t, err, "database space exceeded")
 		refusals++
-		require.Eventually(t, func() bool {
+		// Polled until the backend has freed space (the write works) or says it is full.
+		tick := time.NewTicker(200 * time.Millisecond)
+		deadline := time.After(readyWithin)
+	poll:
+		for {
 			s, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 			require.NoError(t, err)
 			if full = s.Etcd != nil && !s.Etcd.Ready; full {
-				return true
+				break
 			}
-			if create(written) == nil { // freed and disarmed
+			werr := create(written)
+			if werr == nil { // freed and disarmed
 				written++
-				return true
+				break
 			}
-			return false
-		}, readyWithin, 200*time.Millisecond, "etcd refused a write: the backend frees space or says it is full")
+			select {
+			case <-tick.C:
+			case <-deadline:
+				t.Fatalf("etcd refused write %d and within %s the backend neither freed space nor said it is full; last state: ready %v %s: %s; etcd %+v; the write: %v",
+					written, readyWithin, s.Ready, s.Reason, s.Message, s.Etcd, werr)
+				break poll
+			}
+		}
+		tick.Stop()
 	}
 	t.Logf("%d ConfigMaps of 900 KiB written, %d refusals, until etcd stayed full", written, refusals)
 
