@@ -492,12 +492,10 @@ func refuse(format string, args ...any) error {
 	return backend.Errorf(backend.ReasonRestoreRefused, "restore refused, nothing changed: "+format, args...)
 }
 
-// snapshotStat is what `etcdutl snapshot status -w json` prints.
+// snapshotStat is what `etcdutl snapshot status -w json` prints (the fields used).
 type snapshotStat struct {
-	Hash      uint32 `json:"hash"`
-	Revision  int64  `json:"revision"`
-	TotalKey  int64  `json:"totalKey"`
-	TotalSize int64  `json:"totalSize"`
+	Revision int64 `json:"revision"`
+	TotalKey int64 `json:"totalKey"`
 }
 
 // snapshotStatus checks a snapshot file with etcdutl, which reads the whole database.

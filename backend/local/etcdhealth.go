@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/openmcp-local/cluster-provider/backend"
@@ -48,21 +47,20 @@ type etcdStatus struct {
 	DBSizeInUse int64 `json:"dbSizeInUse,string"`
 }
 
-// etcdAlarms is what /v3/maintenance/alarm answers.
+// etcdAlarms is what /v3/maintenance/alarm answers (the fields used).
 type etcdAlarms struct {
 	Alarms []struct {
-		MemberID uint64 `json:"memberID,string"`
-		Alarm    string `json:"alarm"`
+		Alarm string `json:"alarm"`
 	} `json:"alarms"`
 }
 
 func (a etcdAlarms) has(alarm string) bool {
-	return slices.ContainsFunc(a.Alarms, func(x struct {
-		MemberID uint64 `json:"memberID,string"`
-		Alarm    string `json:"alarm"`
-	}) bool {
-		return x.Alarm == alarm
-	})
+	for _, x := range a.Alarms {
+		if x.Alarm == alarm {
+			return true
+		}
+	}
+	return false
 }
 
 // keepEtcdHealthy frees and disarms a full etcd, and defragments a fragmented one. It returns

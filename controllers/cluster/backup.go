@@ -54,16 +54,36 @@ var (
 
 func init() { metrics.Registry.MustRegister(metricBackupTime, metricBackupSize, metricBackupFailures) }
 
-// backups is what one reconcile did about cl's snapshots and restores.
+// backups is what one reconcile did about cl's snapshots and restores; apply writes it into the
+// status.
 type backups struct {
+	// supported: the backend takes snapshots. Without it, unsupported is what to tell a Cluster
+	// that asks for a snapshot or a restore anyway ("" when it asks for none).
+	supported   bool
+	unsupported string
 	// snapshots are cl's snapshots, newest first, for status.providerStatus.backups.
 	snapshots []backend.Snapshot
-	// set applies the conditions to cl.
-	set func()
-	// restarted is true when a restore was started: the state must be observed again.
-	restarted bool
+	// interval and keep are the profile's schedule.
+	interval time.Duration
+	keep     int
+	// failed is the snapshot this reconcile took and that failed; refused the restore asked for
+	// and refused.
+	failed, refused error
 	// requeue is when the next scheduled snapshot is due.
 	requeue time.Duration
+}
+
+// apply sets the conditions BackedUp and Restored of cl from b and the state s.
+func (b *backups) apply(cl *clustersv1alpha1.Cluster, s backend.State, profile string) {
+	switch {
+	case b.unsupported != "":
+		setCondition(cl, ConditionBackedUp, false, backend.ReasonBackupUnavailable, b.unsupported)
+	case !b.supported:
+		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionBackedUp)
+	default:
+		setBackedUp(cl, b.snapshots, b.interval, b.keep, b.failed, profile)
+		setRestored(cl, s, b.refused)
+	}
 }
 
 // restore carries out the restore cl's AnnotationRestore asks for: the snapshot is checked (a
@@ -80,10 +100,8 @@ func (r *Reconciler) restore(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 		}
 		return nil, false, fmt.Errorf("checking snapshot %s: %w", name, err)
 	}
-	base := cl.DeepCopy()
-	delete(cl.Annotations, backend.AnnotationRestore)
-	if err := r.Client.Patch(ctx, cl, kit.LockedMergeFrom(base)); err != nil {
-		return nil, false, fmt.Errorf("removing annotation %s before the restore: %w", backend.AnnotationRestore, err)
+	if err := kit.RemoveAnnotation(ctx, r.Client, cl, backend.AnnotationRestore); err != nil {
+		return nil, false, fmt.Errorf("before the restore: %w", err)
 	}
 	if err := bk.Restore(ctx, cl, name); err != nil {
 		// The annotation is gone: the condition says what happened and to set it again.
@@ -94,10 +112,10 @@ func (r *Reconciler) restore(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 }
 
 // snapshot takes the snapshot cl is due for (its schedule, or AnnotationSnapshot) when the
-// cluster serves, and lists its snapshots.
+// cluster serves (not while it is restored or upgraded), and lists its snapshots.
 func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, bk backend.Backups, s backend.State) (backups, error) {
-	out := backups{}
 	interval, keep := r.Backup.Scheduled()
+	out := backups{supported: true, interval: interval, keep: keep}
 	snaps, err := bk.Snapshots(ctx, cl)
 	if err != nil {
 		return out, fmt.Errorf("listing the snapshots: %w", err)
@@ -105,11 +123,10 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	_, asked := cl.Annotations[backend.AnnotationSnapshot]
 	now := time.Now()
 	due := asked || (interval > 0 && (len(snaps) == 0 || !now.Before(snaps[0].Taken.Add(interval))))
-	var failed error
 	if due && s.Ready {
 		snap, err := bk.Snapshot(ctx, cl, keep)
 		if err != nil {
-			failed = err
+			out.failed = err
 			metricBackupFailures.WithLabelValues(refName(cl)).Inc()
 			r.Event(cl, "Warning", ReasonBackupFailed, "Backup", "The snapshot of etcd failed: %s", err.Error())
 			out.requeue = retryBackup
@@ -118,12 +135,8 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 			if snaps, err = bk.Snapshots(ctx, cl); err != nil {
 				return out, fmt.Errorf("listing the snapshots: %w", err)
 			}
-			if asked {
-				base := cl.DeepCopy()
-				delete(cl.Annotations, backend.AnnotationSnapshot)
-				if err := r.Client.Patch(ctx, cl, kit.LockedMergeFrom(base)); err != nil {
-					return out, fmt.Errorf("removing annotation %s after the snapshot: %w", backend.AnnotationSnapshot, err)
-				}
+			if err := kit.RemoveAnnotation(ctx, r.Client, cl, backend.AnnotationSnapshot); err != nil {
+				return out, fmt.Errorf("after the snapshot: %w", err)
 			}
 		}
 	} else if due {
@@ -137,7 +150,6 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 		}
 	}
 	out.snapshots = snaps
-	out.set = func() { setBackedUp(cl, snaps, interval, keep, failed, r.Profile) }
 	return out, nil
 }
 

@@ -126,7 +126,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 	var setErr error
 	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() {
 		setErr = setState(cl, r.BackendName, state, bks.snapshots)
-		bks.set()
+		bks.apply(cl, state, r.Profile)
 	})
 	requeue := state.RetryAfter
 	if bks.requeue > 0 && (requeue == 0 || bks.requeue < requeue) {
@@ -141,12 +141,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, state *backend.State) (backups, error) {
 	bk, ok := r.Backend.(backend.Backups)
 	if !ok {
-		out := backups{set: func() { meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionBackedUp) }}
+		out := backups{}
 		if asked := cl.Annotations[backend.AnnotationSnapshot] + cl.Annotations[backend.AnnotationRestore]; asked != "" {
-			out.set = func() {
-				setCondition(cl, ConditionBackedUp, false, backend.ReasonBackupUnavailable, fmt.Sprintf(
-					"The %s backend takes no snapshots: annotations %s and %s do nothing here.", r.BackendName, backend.AnnotationSnapshot, backend.AnnotationRestore))
-			}
+			out.unsupported = fmt.Sprintf("The %s backend takes no snapshots: annotations %s and %s do nothing here.",
+				r.BackendName, backend.AnnotationSnapshot, backend.AnnotationRestore)
 		}
 		return out, nil
 	}
@@ -159,18 +157,10 @@ func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 			return backups{}, fmt.Errorf("observing the cluster after starting the restore: %w", err)
 		}
 	}
-	out := backups{set: func() {}}
-	if state.Reason != backend.ReasonRestoring {
-		if out, err = r.snapshot(ctx, cl, bk, *state); err != nil {
-			return backups{}, err
-		}
-	}
-	setBackups := out.set
-	out.set = func() {
-		setBackups()
-		setRestored(cl, *state, refused)
-	}
-	return out, nil
+	// A cluster being restored is not Ready: no snapshot is taken of it; its list stays shown.
+	out, err := r.snapshot(ctx, cl, bk, *state)
+	out.refused = refused
+	return out, err
 }
 
 // writeStatus applies set to cl, emits the Events its condition changes call for and writes the

@@ -42,12 +42,22 @@ func RemoveReconcileAnnotation(ctx context.Context, c client.Client, obj client.
 	if OperationOf(obj) != OperationReconcile {
 		return nil
 	}
-	base := obj.DeepCopyObject().(client.Object)
+	return RemoveAnnotation(ctx, c, obj, constants.OperationAnnotation)
+}
+
+// RemoveAnnotation removes the annotation key from obj with a merge patch that fails if obj
+// changed meanwhile (so a newer value is never lost): for a request made by annotating obj, once
+// it is carried out. obj is updated in place.
+func RemoveAnnotation(ctx context.Context, c client.Client, obj client.Object, key string) error {
 	annotations := obj.GetAnnotations()
-	delete(annotations, constants.OperationAnnotation)
+	if _, ok := annotations[key]; !ok {
+		return nil
+	}
+	base := obj.DeepCopyObject().(client.Object)
+	delete(annotations, key)
 	obj.SetAnnotations(annotations)
 	if err := c.Patch(ctx, obj, LockedMergeFrom(base)); err != nil {
-		return fmt.Errorf("removing the %s=%s annotation: %w", constants.OperationAnnotation, constants.OperationAnnotationValueReconcile, err)
+		return fmt.Errorf("removing the annotation %s: %w", key, err)
 	}
 	return nil
 }
