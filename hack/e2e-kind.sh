@@ -4,9 +4,10 @@
 # kind-image) and the operator image ($IMAGE, make image) first; nothing is pulled.
 #
 #   1. kind cluster $KIND_CLUSTER (default cluster-provider-e2e), the PLATFORM, from the node image,
-#      with $KIND_WORKERS worker nodes (default 2: the operator runs on a worker and reaches the
-#      API server across nodes; the hosted control planes spread over both) (hack/kindcluster: the kind backend's code, so the same networking
-#      and docker shim);
+#      with $KIND_WORKERS worker nodes (default 3: the operator runs on a worker and reaches the
+#      API server across nodes; the hosted control planes spread over them, and a highly available
+#      one puts its three etcd members on three nodes) (hack/kindcluster: the kind backend's code,
+#      so the same networking and docker shim);
 #   2. $IMAGE loaded into it, deploy/default applied with that image; the state claim is bound to
 #      a PersistentVolume on the node made here (an offline node has no volume provisioner);
 #   3. TestScenarioOnKind against the deployed operator (ProviderConfig → profile, Cluster →
@@ -27,7 +28,9 @@
 #      pods deleted, figures) and TestHostedUpgradeOnKind (a Cluster made from
 #      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
 #      a downgrade refused) and TestHostedRenewalOnKind (the operator with 10-minute certificates:
-#      a renewal rolls an API server under a polling client without a failed request);
+#      a renewal rolls an API server under a polling client without a failed request) and
+#      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
+#      deleted together, then a worker drained, under a polling client without a failed request);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -35,7 +38,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KIND_CLUSTER=${KIND_CLUSTER:-cluster-provider-e2e}
-KIND_WORKERS=${KIND_WORKERS:-2}
+KIND_WORKERS=${KIND_WORKERS:-3}
 IMAGE=${IMAGE:-cluster-provider:dev}
 CONTROLPLANE_IMAGE=${CONTROLPLANE_IMAGE:?CONTROLPLANE_IMAGE: the control-plane image of make controlplane-image}
 CONTROLPLANE_PREV_IMAGE=${CONTROLPLANE_PREV_IMAGE:?CONTROLPLANE_PREV_IMAGE: the control-plane image of make controlplane-image-prev}
@@ -204,7 +207,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind)$' -count=1 -v -timeout 40m
+  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind)$' -count=1 -v -timeout 50m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

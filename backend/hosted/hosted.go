@@ -229,7 +229,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	if !found || ps.Version == "" {
 		// A new control plane: the ProviderConfig of now decides its seed and storage, for its life.
-		ps = providerStatus{StorageClassName: settings.StorageClassName}
+		ps = providerStatus{StorageClassName: settings.StorageClassName, HighAvailability: settings.HighAvailability}
 		if settings.StorageSize != nil {
 			ps.StorageSize = settings.StorageSize.String()
 		}
@@ -265,7 +265,8 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
-		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh}
+		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
+		HighAvailability: s.HighAvailability}
 
 	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
 		return backend.State{}, err
@@ -275,6 +276,11 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	b.mu.Unlock()
 	if err := h.createIfMissing(ctx, b.authnConfigMap(s)); err != nil {
 		return backend.State{}, err
+	}
+	if s.HighAvailability {
+		if err := h.createIfMissing(ctx, PriorityClass()); err != nil {
+			return backend.State{}, err
+		}
 	}
 	for _, obj := range s.Objects() {
 		if err := h.apply(ctx, obj); err != nil {
@@ -408,7 +414,11 @@ func rolledOutAll(ctx context.Context, h *host, s *Spec) bool {
 		h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, dep) != nil {
 		return false
 	}
-	stsDone := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.ReadyReplicas >= 1 &&
+	want := int32(1)
+	if sts.Spec.Replicas != nil {
+		want = *sts.Spec.Replicas
+	}
+	stsDone := sts.Status.ObservedGeneration >= sts.Generation && sts.Status.ReadyReplicas >= want &&
 		(sts.Status.UpdateRevision == "" || sts.Status.UpdateRevision == sts.Status.CurrentRevision)
 	return stsDone && rolledOut(dep)
 }
@@ -476,8 +486,22 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		Cluster:   ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID},
 		Image:     ps.Image, ServiceCIDR: ps.ServiceCIDR,
 		StorageClassName: ps.StorageClassName,
+		HighAvailability: ps.HighAvailability,
 		Exposure:         settings.Exposure,
 		APIServer:        DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
+	}
+	if s.HighAvailability {
+		if s.StorageClassName == "" {
+			return nil, backend.Errorf(backend.ReasonStateDamaged,
+				"the control plane in namespace %s is recorded highly available without a storage class: an etcd member cannot keep its data on an emptyDir; delete the Cluster and create it again with spec.hosted.storageClassName set",
+				s.Namespace)
+		}
+		// Memory requested as much as its limit: the host never overcommits a highly available
+		// control plane's memory, and evicts it under memory pressure only after pods that use
+		// more than they requested. CPU is requested, not limited (no throttling).
+		for _, r := range []*corev1.ResourceRequirements{&s.APIServer, &s.ControllerManager, &s.Etcd} {
+			*r = memoryAsLimited(*r)
+		}
 	}
 	if ps.Exposure != "" {
 		s.Exposure = corev1.ServiceType(ps.Exposure)
@@ -515,6 +539,18 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		s.Image = image
 	}
 	return s, nil
+}
+
+// memoryAsLimited returns r with its memory request raised to its memory limit, if it has one.
+func memoryAsLimited(r corev1.ResourceRequirements) corev1.ResourceRequirements {
+	r = *r.DeepCopy()
+	if limit, ok := r.Limits[corev1.ResourceMemory]; ok {
+		if r.Requests == nil {
+			r.Requests = corev1.ResourceList{}
+		}
+		r.Requests[corev1.ResourceMemory] = limit
+	}
+	return r
 }
 
 // imageFor is the control-plane image of version in the ProviderConfig pcName's settings.
@@ -632,11 +668,16 @@ func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Clu
 	if err := h.cache.List(ctx, pods, client.InNamespace(s.Namespace)); err != nil {
 		return st, err
 	}
+	members := s.replicas(ComponentEtcd)
 	switch {
-	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.ReadyReplicas < 1:
+	case sts.Status.ObservedGeneration < sts.Generation || sts.Status.ReadyReplicas < members/2+1:
 		st.Message = fmt.Sprintf("etcd (StatefulSet %s/%s) is not ready%s", s.Namespace, NameEtcd, podProblem(pods.Items, ComponentEtcd))
+		if members > 1 {
+			st.Message = fmt.Sprintf("etcd (StatefulSet %s/%s) has no quorum: %d of %d members ready%s", s.Namespace, NameEtcd,
+				sts.Status.ReadyReplicas, members, podProblem(pods.Items, ComponentEtcd))
+		}
 		return st, nil
-	case !rolledOut(dep):
+	case !serves(dep):
 		st.Message = fmt.Sprintf("the API server (Deployment %s/%s) is not rolled out%s", s.Namespace, NameAPIServer, podProblem(pods.Items, ComponentAPIServer))
 		return st, nil
 	case waiting != "":
@@ -657,6 +698,12 @@ func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Clu
 	}
 	st.Ready, st.Reason, st.RetryAfter = true, backend.ReasonRunning, 0
 	st.Message = fmt.Sprintf("the control plane in namespace %s serves on %s", s.Namespace, external)
+	if apis := s.replicas(ComponentAPIServer); sts.Status.ReadyReplicas < members || dep.Status.AvailableReplicas < apis {
+		// Serving, but one more loss away from an outage: say so (a drained node, a pod starting).
+		st.Message += fmt.Sprintf(", degraded: %d of %d etcd members and %d of %d API servers ready%s", sts.Status.ReadyReplicas, members,
+			dep.Status.AvailableReplicas, apis, podProblem(pods.Items, ComponentEtcd)+podProblem(pods.Items, ComponentAPIServer))
+		st.RetryAfter = 30 * time.Second
+	}
 	if v, err := b.opts.Version(ctx, cfg); err == nil {
 		st.Version = v
 	}
@@ -677,6 +724,17 @@ func rolledOut(dep *appsv1.Deployment) bool {
 	}
 	return dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= want &&
 		dep.Status.AvailableReplicas >= want && dep.Status.Replicas == dep.Status.UpdatedReplicas
+}
+
+// serves reports whether dep runs its current template only, with an API server available: a
+// highly available control plane that lost one serves while its replacement starts.
+func serves(dep *appsv1.Deployment) bool {
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	return dep.Status.ObservedGeneration >= dep.Generation && dep.Status.UpdatedReplicas >= want &&
+		dep.Status.AvailableReplicas >= 1 && dep.Status.Replicas == dep.Status.UpdatedReplicas
 }
 
 // kcmReady reports whether a kube-controller-manager container runs and has passed its startup probe.

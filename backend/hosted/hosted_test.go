@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,11 +15,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
@@ -725,4 +729,76 @@ func TestBind(t *testing.T) {
 	gone, err := v.Delete(t.Context(), cl)
 	require.NoError(t, err)
 	assert.False(t, gone, "its namespace is being deleted")
+}
+
+// TestHighAvailability: a ProviderConfig's highAvailability makes a new Cluster's control plane
+// highly available, recorded: the PriorityClass, budgets, peer Service and peer certificate are
+// made; the members' certificates name every member; memory is requested as much as limited; a
+// quorum of members is enough to serve, and the Cluster says when it is degraded; the
+// ProviderConfig turned single later leaves it highly available, and new Clusters single.
+func TestHighAvailability(t *testing.T) {
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hosted.HighAvailability = true
+	cl := newCluster("ha")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	assert.True(t, record(t, cl).HighAvailability)
+
+	pcl := get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane)
+	assert.Equal(t, int32(priorityControlPlane), pcl.Value)
+	for _, name := range []string{NameEtcd, NameAPIServer} {
+		pdb := get(t, &policyv1.PodDisruptionBudget{}, ns, name)
+		assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	}
+	get(t, &corev1.Service{}, ns, NameEtcdPeer)
+	for _, name := range []string{SecretEtcdPeer, SecretEtcdServer} {
+		sec := get(t, &corev1.Secret{}, ns, name)
+		cert, err := certutil.ParseCertsPEM(sec.Data["tls.crt"])
+		require.NoError(t, err)
+		for i := range 3 {
+			assert.NoError(t, cert[0].VerifyHostname(fmt.Sprintf("etcd-%d.etcd-peer.%s.svc", i, ns)), name)
+		}
+		if name == SecretEtcdPeer {
+			assert.ElementsMatch(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, cert[0].ExtKeyUsage)
+			assert.Equal(t, etcdPeerCN, cert[0].Subject.CommonName)
+		}
+	}
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	assert.Equal(t, int32(3), *sts.Spec.Replicas)
+	etcd := sts.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, etcd.Resources.Limits[corev1.ResourceMemory], etcd.Resources.Requests[corev1.ResourceMemory], "memory requested as limited")
+
+	// One member ready is no quorum; two are.
+	sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 3, ReadyReplicas: 1}
+	require.NoError(t, env.Client.Status().Update(t.Context(), sts))
+	require.Eventually(t, func() bool {
+		return strings.Contains(h.ensure(t, cl).Message, "has no quorum: 1 of 3 members ready")
+	}, 10*time.Second, 20*time.Millisecond)
+	sts = get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	sts.Status.ReadyReplicas = 2
+	require.NoError(t, env.Client.Status().Update(t.Context(), sts))
+	require.Eventually(t, func() bool {
+		h.ensure(t, cl)
+		return env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &appsv1.Deployment{}) == nil
+	}, 10*time.Second, 20*time.Millisecond, "the API servers start once etcd has a quorum")
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	assert.Equal(t, int32(2), *dep.Spec.Replicas)
+	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 2, UpdatedReplicas: 2, AvailableReplicas: 1, ReadyReplicas: 1}
+	require.NoError(t, env.Client.Status().Update(t.Context(), dep))
+	require.Eventually(t, func() bool {
+		st := h.ensure(t, cl)
+		return st.Ready && strings.Contains(st.Message, "degraded: 2 of 3 etcd members and 1 of 2 API servers ready")
+	}, 10*time.Second, 20*time.Millisecond, "a quorum and an API server serve, degraded")
+
+	// The ProviderConfig turned single: this control plane stays highly available; a new one is single.
+	h.pc.Spec.Hosted.HighAvailability = false
+	h.ensure(t, cl)
+	assert.Equal(t, int32(3), *get(t, &appsv1.StatefulSet{}, ns, NameEtcd).Spec.Replicas)
+	other := newCluster("single")
+	h.ensure(t, other)
+	assert.False(t, record(t, other).HighAvailability)
+	assert.Equal(t, int32(1), *get(t, &appsv1.StatefulSet{}, NamespaceFor(other.UID), NameEtcd).Spec.Replicas)
+	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: NamespaceFor(other.UID), Name: NameEtcd}, &policyv1.PodDisruptionBudget{})
+	assert.True(t, apierrors.IsNotFound(err), "a single control plane has no budget (it would block every drain): %v", err)
 }

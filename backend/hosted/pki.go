@@ -85,17 +85,29 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	}
 	// The etcd server's certificate is not in the checksum: etcd reads its certificate files at
 	// every TLS handshake, and the kubelet updates the mounted Secret, so it needs no restart.
-	for _, l := range []struct {
+	type leafSecret struct {
 		secret  string
 		ca      *certs.CA
 		leaf    certs.Leaf
 		mounted bool
-	}{
+	}
+	etcdHosts := EtcdHosts(s.Namespace)
+	if s.HighAvailability {
+		etcdHosts = append(etcdHosts, EtcdMemberHosts(s.Namespace)...)
+	}
+	leaves := []leafSecret{
 		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
-		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: EtcdHosts(s.Namespace), Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
+		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
 		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
 		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
-	} {
+	}
+	if s.HighAvailability {
+		// The members' certificate towards one another: server and client, for every member's
+		// name. etcd reads it at each handshake, like its serving certificate.
+		leaves = append(leaves, leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
+			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false})
+	}
+	for _, l := range leaves {
 		cert, key, err := ensureLeaf(ctx, c, s, l.secret, l.ca, l.leaf)
 		if err != nil {
 			return nil, err

@@ -15,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -122,6 +124,10 @@ type Spec struct {
 	// is named); PrivateIssuers lets it reach them on private addresses too.
 	IssuerPorts    []int32
 	PrivateIssuers bool
+	// HighAvailability runs haEtcdMembers etcd members and haAPIServers API servers (with their
+	// controller managers), each on its own node, with PodDisruptionBudgets and
+	// PriorityClassControlPlane. It needs StorageClassName. Without it: one of each.
+	HighAvailability bool
 	// Certificates is the checksum of the leaf certificates the API server's pod mounts
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
@@ -234,11 +240,12 @@ func (s *Spec) NamespaceObject() *corev1.Namespace {
 	return &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: m}
 }
 
-// Objects are the objects the backend applies each time, in order: Services and NetworkPolicies.
-// The workloads (Workloads) are applied only when their inputs change; Secrets and the
-// authentication ConfigMap are the backend's own (pki.go, SetJWTAuthenticators).
+// Objects are the objects the backend applies each time, in order: Services, NetworkPolicies
+// and, when highly available, etcd's peer Service and the PodDisruptionBudgets. The workloads
+// (Workloads) are applied only when their inputs change; Secrets and the authentication ConfigMap
+// are the backend's own (pki.go, SetJWTAuthenticators).
 func (s *Spec) Objects() []client.Object {
-	return []client.Object{
+	objs := []client.Object{
 		s.EtcdService(),
 		s.EtcdMetricsService(),
 		s.InternalService(),
@@ -246,6 +253,111 @@ func (s *Spec) Objects() []client.Object {
 		s.EtcdNetworkPolicy(),
 		s.APIServerNetworkPolicy(),
 	}
+	if s.HighAvailability {
+		objs = append(objs, s.EtcdPeerService(), s.DisruptionBudget(ComponentEtcd), s.DisruptionBudget(ComponentAPIServer))
+	}
+	return objs
+}
+
+// High availability (Spec.HighAvailability).
+const (
+	// haEtcdMembers is the size of a highly available etcd: a quorum of two survives one member
+	// lost, drained or rolled.
+	haEtcdMembers = 3
+	// haAPIServers is the number of API servers (each with a controller manager) of a highly
+	// available control plane.
+	haAPIServers = 2
+	// NameEtcdPeer is the headless Service that gives each etcd member its DNS name
+	// (etcd-N.etcd-peer.NAMESPACE.svc) and the peers' port; SecretEtcdPeer its peer certificate.
+	NameEtcdPeer   = "etcd-peer"
+	SecretEtcdPeer = "etcd-peer"
+	// etcdPeerCN is the common name of the peer certificate: the only one etcd takes as a peer
+	// (--peer-cert-allowed-cn), so that the API server's client certificate of the same CA is not.
+	etcdPeerCN = "etcd-peer"
+	// PriorityClassControlPlane is the PriorityClass of highly available control planes' pods
+	// (made in the host cluster when missing): above workloads, below the host's own
+	// system-cluster-critical and system-node-critical.
+	PriorityClassControlPlane = "cluster-provider-control-plane"
+	priorityControlPlane      = 100_000_000
+)
+
+// replicas is the number of pods of a component.
+func (s *Spec) replicas(component string) int32 {
+	switch {
+	case !s.HighAvailability:
+		return 1
+	case component == ComponentEtcd:
+		return haEtcdMembers
+	default:
+		return haAPIServers
+	}
+}
+
+// EtcdPeerService is the governing Service of a highly available etcd's StatefulSet (headless):
+// each member's DNS name, published before the member is ready, since members must reach one
+// another to become ready.
+func (s *Spec) EtcdPeerService() *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameEtcdPeer, ComponentEtcd),
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 s.selector(ComponentEtcd),
+			PublishNotReadyAddresses: true,
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: portEtcd, TargetPort: intstr.FromInt32(portEtcd), Protocol: corev1.ProtocolTCP},
+				{Name: "peer", Port: portEtcdPeer, TargetPort: intstr.FromInt32(portEtcdPeer), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// DisruptionBudget lets an eviction (a node drain, an autoscaler's scale-down) take one pod of a
+// component at a time: etcd keeps its quorum, one API server keeps serving. A pod that is not
+// ready may always be evicted, so a broken pod never blocks a drain.
+func (s *Spec) DisruptionBudget(component string) *policyv1.PodDisruptionBudget {
+	name := NameEtcd
+	if component == ComponentAPIServer {
+		name = NameAPIServer
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   typeMeta("policy/v1", "PodDisruptionBudget"),
+		ObjectMeta: s.meta(name, component),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: s.selector(component)},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
+		},
+	}
+}
+
+// PriorityClass is PriorityClassControlPlane.
+func PriorityClass() *schedulingv1.PriorityClass {
+	return &schedulingv1.PriorityClass{
+		TypeMeta:   typeMeta("scheduling.k8s.io/v1", "PriorityClass"),
+		ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		Value:      priorityControlPlane,
+		Description: "Pods of the hosted control planes of cluster-provider (highly available ones): scheduled before, " +
+			"and evicted after, workloads without a priority class.",
+	}
+}
+
+// etcdMember is the DNS name of member i of a highly available etcd.
+func etcdMember(namespace string, i int) string {
+	return fmt.Sprintf("%s-%d.%s.%s.svc", NameEtcd, i, NameEtcdPeer, namespace)
+}
+
+// etcdServers is the API server's --etcd-servers: etcd's Service, or every member of a highly
+// available etcd (the client balances over them and leaves a member that does not answer).
+func (s *Spec) etcdServers() string {
+	if !s.HighAvailability {
+		return fmt.Sprintf("https://%s.%s.svc:%d", NameEtcd, s.Namespace, portEtcd)
+	}
+	urls := make([]string, haEtcdMembers)
+	for i := range urls {
+		urls[i] = fmt.Sprintf("https://%s:%d", etcdMember(s.Namespace, i), portEtcd)
+	}
+	return strings.Join(urls, ",")
 }
 
 // Workloads are etcd's StatefulSet and the API server's Deployment.
@@ -332,7 +444,7 @@ func (s *Spec) exposure() corev1.ServiceType {
 // EtcdNetworkPolicy lets only the cluster's API server pods reach etcd's client port, pods of
 // namespaces labelled LabelMonitoring=true its metrics port, and etcd reach nothing.
 func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
-	return &networkingv1.NetworkPolicy{
+	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
 		ObjectMeta: s.meta(NameEtcd, ComponentEtcd),
 		Spec: networkingv1.NetworkPolicySpec{
@@ -347,6 +459,20 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 			}},
 		},
 	}
+	if s.HighAvailability {
+		// The members reach one another on the peer port, and DNS for one another's names.
+		members := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)}}}
+		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: members, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdPeer)}})
+		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: members, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdPeer)}}, dnsEgress()}
+	}
+	return np
+}
+
+// dnsEgress lets a pod ask DNS.
+func dnsEgress() networkingv1.NetworkPolicyEgressRule {
+	return networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
+		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53),
+	}}
 }
 
 // privateRanges are the addresses an API server may not reach an OIDC issuer on unless the
@@ -372,9 +498,7 @@ func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 		block.Except = privateRanges
 	}
 	issuers.To = []networkingv1.NetworkPolicyPeer{{IPBlock: block}}
-	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
-		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53),
-	}}
+	dns := dnsEgress()
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
 		ObjectMeta: s.meta(NameAPIServer, ComponentAPIServer),
@@ -414,17 +538,24 @@ func tcpPort(p int32) networkingv1.NetworkPolicyPort {
 }
 
 // EtcdStatefulSet is etcd: one member, its data on a claim of StorageClassName, or on an emptyDir
-// (lost with the pod) without one.
+// (lost with the pod) without one; highly available, three members on claims, started together
+// (a member is ready only once a quorum runs), each on its own node.
 func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	m := s.meta(NameEtcd, ComponentEtcd)
+	args := etcdArgs(s.Namespace, s.etcdQuota())
+	env := goEnv(containerEtcd)
+	if s.HighAvailability {
+		args = etcdHAArgs(s.Namespace, s.etcdQuota())
+		env = append(env, corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
+	}
 	pod := s.podSpec(ComponentEtcd, []corev1.Container{{
 		Name:    containerEtcd,
 		Image:   s.Image,
 		Command: []string{binDir + "etcd"},
-		Args:    etcdArgs(s.Namespace, s.etcdQuota()),
+		Args:    args,
 		Ports: []corev1.ContainerPort{{Name: "client", ContainerPort: portEtcd, Protocol: corev1.ProtocolTCP},
 			{Name: "health", ContainerPort: portEtcdHTTP, Protocol: corev1.ProtocolTCP}},
-		Env:       goEnv(containerEtcd),
+		Env:       env,
 		Resources: s.Etcd,
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: "data", MountPath: etcdDataDir},
@@ -434,22 +565,30 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		ReadinessProbe: httpProbe("/health?serializable=true", portEtcdHTTP, corev1.URISchemeHTTP, 5, 3),
 		LivenessProbe:  httpProbe("/health?serializable=true&exclude=NOSPACE", portEtcdHTTP, corev1.URISchemeHTTP, 10, 6),
 	}})
+	pkiSources := []corev1.VolumeProjection{
+		secretItems(SecretEtcdServer, "tls.crt", "server.crt", "tls.key", "server.key"),
+		secretItems(SecretEtcdCA, "ca.crt", "ca.crt"),
+	}
+	if s.HighAvailability {
+		pkiSources = append(pkiSources, secretItems(SecretEtcdPeer, "tls.crt", "peer.crt", "tls.key", "peer.key"))
+	}
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		DefaultMode: ptr.To[int32](0o440),
-		Sources: []corev1.VolumeProjection{
-			secretItems(SecretEtcdServer, "tls.crt", "server.crt", "tls.key", "server.key"),
-			secretItems(SecretEtcdCA, "ca.crt", "ca.crt"),
-		},
+		Sources:     pkiSources,
 	}}})
 	sts := &appsv1.StatefulSet{
 		TypeMeta:   typeMeta("apps/v1", "StatefulSet"),
 		ObjectMeta: m,
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To[int32](1),
+			Replicas:    ptr.To(s.replicas(ComponentEtcd)),
 			ServiceName: NameEtcd,
 			Selector:    &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)},
 			Template:    corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentEtcd), Spec: pod},
 		},
+	}
+	if s.HighAvailability {
+		sts.Spec.ServiceName = NameEtcdPeer
+		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
 	}
 	if s.StorageClassName == "" {
 		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{Name: "data",
@@ -524,6 +663,42 @@ func etcdArgs(namespace string, quota int64) []string {
 	}
 }
 
+// etcdHAArgs are the flags of a member of a highly available etcd: those of etcdArgs with the
+// member's name (its pod's), its DNS name on the client and peer ports, the three members of the
+// initial cluster, and TLS between the members (certificates of etcd's CA, peers only with the
+// peer certificate's name).
+func etcdHAArgs(namespace string, quota int64) []string {
+	self := fmt.Sprintf("$(POD_NAME).%s.%s.svc", NameEtcdPeer, namespace)
+	initial := make([]string, haEtcdMembers)
+	for i := range initial {
+		initial[i] = fmt.Sprintf("%s-%d=https://%s:%d", NameEtcd, i, etcdMember(namespace, i), portEtcdPeer)
+	}
+	ha := map[string]string{
+		"--name":                        "$(POD_NAME)",
+		"--advertise-client-urls":       fmt.Sprintf("https://%s:%d", self, portEtcd),
+		"--listen-peer-urls":            fmt.Sprintf("https://0.0.0.0:%d", portEtcdPeer),
+		"--initial-advertise-peer-urls": fmt.Sprintf("https://%s:%d", self, portEtcdPeer),
+		"--initial-cluster":             strings.Join(initial, ","),
+	}
+	var args []string
+	for _, a := range etcdArgs(namespace, quota) {
+		name, _, _ := strings.Cut(a, "=")
+		if v, ok := ha[name]; ok {
+			a = name + "=" + v
+		}
+		args = append(args, a)
+	}
+	return append(args,
+		"--initial-cluster-state=new",
+		"--initial-cluster-token="+namespace,
+		"--peer-cert-file="+etcdPKIMount+"/peer.crt",
+		"--peer-key-file="+etcdPKIMount+"/peer.key",
+		"--peer-trusted-ca-file="+etcdPKIMount+"/ca.crt",
+		"--peer-client-cert-auth=true",
+		"--peer-cert-allowed-cn="+etcdPeerCN,
+	)
+}
+
 // APIServerDeployment runs kube-apiserver and kube-controller-manager in one pod. A rollout starts
 // the new pod before the old one goes (maxSurge 100 %, maxUnavailable 0): the API stays up; the
 // controller managers elect a leader so that two never act at once.
@@ -534,7 +709,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			Name:      containerAPIServer,
 			Image:     s.Image,
 			Command:   []string{binDir + "kube-apiserver"},
-			Args:      apiServerArgs(s.Namespace, s.ServiceCIDR),
+			Args:      apiServerArgs(s.Namespace, s.ServiceCIDR, s.etcdServers()),
 			Env:       append([]corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}, goEnv(containerAPIServer)...),
 			Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: PortAPIServer, Protocol: corev1.ProtocolTCP}},
 			Resources: s.APIServer,
@@ -600,7 +775,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
+			Replicas: ptr.To(s.replicas(ComponentAPIServer)),
 			Selector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
@@ -612,13 +787,13 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 
 // apiServerArgs are kube-apiserver's flags: those of a local cluster's (controlplane) with the
 // files of the pod's mounts and etcd over TLS.
-func apiServerArgs(namespace, serviceCIDR string) []string {
+func apiServerArgs(namespace, serviceCIDR, etcdServers string) []string {
 	return append(controlplane.APIServerArgs(controlplane.APIServerFiles{
 		ServingCert: pkiMount + "/apiserver.crt", ServingKey: pkiMount + "/apiserver.key",
 		ClientCA: pkiMount + "/ca.crt", ServiceAccountKey: pkiMount + "/sa.pub", ServiceAccountSigningKey: pkiMount + "/sa.key",
 		AuthenticationConfig: authnMount + "/" + authnKey,
 	}, serviceCIDR),
-		fmt.Sprintf("--etcd-servers=https://%s.%s.svc:%d", NameEtcd, namespace, portEtcd),
+		"--etcd-servers="+etcdServers,
 		"--etcd-cafile="+pkiMount+"/etcd-ca.crt",
 		"--etcd-certfile="+pkiMount+"/etcd-client.crt",
 		"--etcd-keyfile="+pkiMount+"/etcd-client.key",
@@ -673,7 +848,7 @@ func (s *Spec) podSpec(component string, containers []corev1.Container) corev1.P
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		}
 	}
-	return corev1.PodSpec{
+	spec := corev1.PodSpec{
 		Containers:                   containers,
 		AutomountServiceAccountToken: ptr.To(false),
 		EnableServiceLinks:           ptr.To(false),
@@ -701,6 +876,17 @@ func (s *Spec) podSpec(component string, containers []corev1.Container) corev1.P
 		}},
 		TerminationGracePeriodSeconds: ptr.To[int64](30),
 	}
+	if s.HighAvailability {
+		// Never two pods of one component (of one revision, for the API servers: a rollout starts
+		// the new ones beside the old) on one node, and before workloads.
+		required := corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: s.selector(component)}}
+		if component == ComponentAPIServer {
+			required.MatchLabelKeys = []string{appsv1.DefaultDeploymentUniqueLabelKey}
+		}
+		spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = []corev1.PodAffinityTerm{required}
+		spec.PriorityClassName = PriorityClassControlPlane
+	}
+	return spec
 }
 
 // goEnv sets a container's Go memory limit to 90 % of its memory limit... as the kubelet gives it:
@@ -760,6 +946,16 @@ func ServingHosts(namespace, serviceCIDR string, external []string) []string {
 func EtcdHosts(namespace string) []string {
 	return []string{NameEtcd, NameEtcd + "." + namespace, NameEtcd + "." + namespace + ".svc",
 		NameEtcd + "." + namespace + ".svc.cluster.local", "localhost", "127.0.0.1"}
+}
+
+// EtcdMemberHosts are the names of the members of a highly available etcd, which its serving and
+// peer certificates are for.
+func EtcdMemberHosts(namespace string) []string {
+	var hosts []string
+	for i := range haEtcdMembers {
+		hosts = append(hosts, etcdMember(namespace, i), etcdMember(namespace, i)+".cluster.local")
+	}
+	return hosts
 }
 
 // internalURL is the API server's URL inside the host cluster.

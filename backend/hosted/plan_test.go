@@ -1,6 +1,7 @@
 package hosted
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -363,3 +364,94 @@ func TestServingHosts(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// TestHighAvailabilityPlan: a highly available control plane is three etcd members (TLS between
+// them, peers only with the peer certificate, started together, one per node) and two API
+// servers (one per node per revision, every member as --etcd-servers), with budgets that let a
+// drain take one pod of each at a time and a PriorityClass; a single one has none of it.
+func TestHighAvailabilityPlan(t *testing.T) {
+	single, ha := testSpec(), testSpec()
+	single.StorageClassName, ha.StorageClassName = "fast", "fast"
+	ha.HighAvailability = true
+	ns := ha.Namespace
+
+	sts := ha.EtcdStatefulSet()
+	assert.Equal(t, int32(3), *sts.Spec.Replicas)
+	assert.Equal(t, NameEtcdPeer, sts.Spec.ServiceName, "the headless Service names the members")
+	assert.Equal(t, appsv1.ParallelPodManagement, sts.Spec.PodManagementPolicy, "a member is ready only with a quorum: they start together")
+	etcd := container(t, sts.Spec.Template.Spec, containerEtcd)
+	f := flags(t, etcd.Args)
+	assert.Equal(t, "$(POD_NAME)", f["--name"])
+	assert.Equal(t, "metadata.name", etcd.Env[len(etcd.Env)-1].ValueFrom.FieldRef.FieldPath)
+	assert.Equal(t, "https://0.0.0.0:2380", f["--listen-peer-urls"])
+	assert.Equal(t, "https://$(POD_NAME).etcd-peer."+ns+".svc:2380", f["--initial-advertise-peer-urls"])
+	assert.Equal(t, "https://$(POD_NAME).etcd-peer."+ns+".svc:2379", f["--advertise-client-urls"])
+	assert.Equal(t, fmt.Sprintf("etcd-0=https://etcd-0.etcd-peer.%[1]s.svc:2380,etcd-1=https://etcd-1.etcd-peer.%[1]s.svc:2380,etcd-2=https://etcd-2.etcd-peer.%[1]s.svc:2380", ns), f["--initial-cluster"])
+	assert.Equal(t, "true", f["--peer-client-cert-auth"])
+	assert.Equal(t, etcdPeerCN, f["--peer-cert-allowed-cn"])
+	assert.Equal(t, "new", f["--initial-cluster-state"])
+	assert.Equal(t, "true", f["--client-cert-auth"])
+	var projected []string
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				for _, it := range src.Secret.Items {
+					projected = append(projected, it.Path)
+				}
+			}
+		}
+	}
+	assert.Subset(t, projected, []string{"peer.crt", "peer.key", "server.crt", "ca.crt"})
+
+	dep := ha.APIServerDeployment()
+	assert.Equal(t, int32(2), *dep.Spec.Replicas)
+	api := container(t, dep.Spec.Template.Spec, containerAPIServer)
+	assert.Equal(t, fmt.Sprintf("https://etcd-0.etcd-peer.%[1]s.svc:2379,https://etcd-1.etcd-peer.%[1]s.svc:2379,https://etcd-2.etcd-peer.%[1]s.svc:2379", ns),
+		flags(t, api.Args)["--etcd-servers"])
+
+	for _, pod := range []corev1.PodSpec{sts.Spec.Template.Spec, dep.Spec.Template.Spec} {
+		assert.Equal(t, PriorityClassControlPlane, pod.PriorityClassName)
+		req := pod.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+		require.Len(t, req, 1)
+		assert.Equal(t, corev1.LabelHostname, req[0].TopologyKey)
+	}
+	assert.Empty(t, sts.Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].MatchLabelKeys, "no two members on a node, ever")
+	assert.Equal(t, []string{appsv1.DefaultDeploymentUniqueLabelKey}, dep.Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].MatchLabelKeys,
+		"a rollout's new API servers may start beside the old ones")
+
+	kinds := map[string]int{}
+	for _, o := range ha.Objects() {
+		kinds[fmt.Sprintf("%T/%s", o, o.GetName())]++
+	}
+	assert.Equal(t, 1, kinds["*v1.PodDisruptionBudget/etcd"])
+	assert.Equal(t, 1, kinds["*v1.PodDisruptionBudget/apiserver"])
+	assert.Equal(t, 1, kinds["*v1.Service/etcd-peer"])
+	for _, c := range []string{ComponentEtcd, ComponentAPIServer} {
+		pdb := ha.DisruptionBudget(c)
+		assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+		assert.Equal(t, ha.selector(c), pdb.Spec.Selector.MatchLabels)
+	}
+	peer := ha.EtcdPeerService()
+	assert.True(t, peer.Spec.PublishNotReadyAddresses, "members find one another before they are ready")
+	assert.Equal(t, corev1.ClusterIPNone, peer.Spec.ClusterIP)
+
+	np := ha.EtcdNetworkPolicy()
+	var peerIn, peerOut bool
+	for _, r := range np.Spec.Ingress {
+		peerIn = peerIn || (r.Ports[0].Port.IntVal == portEtcdPeer && r.From[0].PodSelector != nil)
+	}
+	for _, r := range np.Spec.Egress {
+		peerOut = peerOut || (r.Ports[0].Port.IntVal == portEtcdPeer && r.To[0].PodSelector != nil)
+	}
+	assert.True(t, peerIn && peerOut, "the members reach one another's peer port: %+v", np.Spec)
+	assert.Empty(t, single.EtcdNetworkPolicy().Spec.Egress, "a single etcd reaches nothing")
+
+	// A single control plane: as before.
+	assert.Equal(t, int32(1), *single.EtcdStatefulSet().Spec.Replicas)
+	assert.Equal(t, NameEtcd, single.EtcdStatefulSet().Spec.ServiceName)
+	assert.Equal(t, int32(1), *single.APIServerDeployment().Spec.Replicas)
+	assert.Empty(t, single.APIServerDeployment().Spec.Template.Spec.PriorityClassName)
+	assert.Empty(t, single.EtcdStatefulSet().Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
+	assert.Len(t, single.Objects(), 6, "no budget, no peer Service")
+	assert.Equal(t, "https://etcd."+ns+".svc:2379", flags(t, container(t, single.APIServerDeployment().Spec.Template.Spec, containerAPIServer).Args)["--etcd-servers"])
+}

@@ -40,6 +40,8 @@ type providerStatus struct {
 	// StorageClassName and StorageSize are etcd's claim; no class: an emptyDir.
 	StorageClassName string `json:"storageClassName,omitempty"`
 	StorageSize      string `json:"storageSize,omitempty"`
+	// HighAvailability: three etcd members and two API servers (Spec.HighAvailability).
+	HighAvailability bool `json:"highAvailability,omitempty"`
 	// SeedKey is the key of the seed's kubeconfig in its Secret.
 	SeedKey string `json:"seedKey,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.

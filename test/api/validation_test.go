@@ -175,6 +175,16 @@ func TestCreateValidation(t *testing.T) {
 			message: "backup.interval must be at least 1m",
 		},
 		{
+			name: "a highly available hosted provider config without a storage class",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+				pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{HighAvailability: true}
+			},
+			message: "spec.hosted.highAvailability needs spec.hosted.storageClassName",
+		},
+		{
 			name: "provider config keeping too many backups",
 			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
 			mutate: func(o client.Object) {

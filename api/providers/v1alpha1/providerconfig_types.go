@@ -155,6 +155,7 @@ type KindBackendConfig struct {
 // HostedBackendConfig holds settings of the hosted backend: where and how each Cluster's control
 // plane runs. Settings are read when a Cluster's workloads are made or changed; the image a Cluster
 // was created with is kept in its status, so a change of Images affects new Clusters only.
+// +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !self.highAvailability || (has(self.storageClassName) && self.storageClassName != '')",message="spec.hosted.highAvailability needs spec.hosted.storageClassName: each etcd member keeps its data on a claim of that class"
 type HostedBackendConfig struct {
 	// Images are the control-plane images by Kubernetes version (1.37.1 →
 	// cluster-provider/controlplane:v1.37.1): each holds kube-apiserver, kube-controller-manager
@@ -174,6 +175,18 @@ type HostedBackendConfig struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	StorageClassName string `json:"storageClassName,omitempty"`
+
+	// HighAvailability runs each new Cluster's control plane highly available: three etcd members
+	// (TLS between them, one per node, a quorum survives the loss of one), two API servers with a
+	// kube-controller-manager each (leader election), PodDisruptionBudgets that let a drain take
+	// one member or API server at a time, anti-affinity that keeps them on different nodes, the
+	// PriorityClass cluster-provider-control-plane, and memory requests equal to the limits. It
+	// needs storageClassName (a member keeps its data on its claim) and three schedulable nodes.
+	// Recorded per Cluster when it is created: a change applies to new Clusters only. Without it a
+	// control plane is one etcd and one API server: a node drain or loss stops it until its pods
+	// run again.
+	// +optional
+	HighAvailability bool `json:"highAvailability,omitempty"`
 
 	// StorageSize is the size of each etcd claim. Default 1Gi.
 	// +optional

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend/hosted"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+)
+
+// TestHostedHAOnKind is the drill of a highly available hosted control plane (issue 32) on the kind
+// platform (three workers): three etcd members and two API servers, each on its own node, with the
+// PriorityClass; a client polling every 200 ms with an issued kubeconfig sees no failed request
+// (1) while one etcd pod and one API server pod are deleted together, and (2) while a worker that
+// runs a member and an API server is drained (kubectl drain: evictions under the budgets; the
+// member, its volume on that node, waits there until the node is uncordoned). The data written
+// before is there after; figures of the windows and of the pods' memory.
+func TestHostedHAOnKind(t *testing.T) {
+	c, kubeconfig, pc := hostedTarget(t)
+	ctx := context.Background()
+	pc = pc.DeepCopy()
+	pc.Spec.Hosted.HighAvailability = true
+	profile, ns := hostedProfile(t, c, pc, "hosted-ha-")
+	cl := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ha"},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
+	}
+	start := time.Now()
+	require.NoError(t, c.Create(ctx, cl))
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), cl)
+		hostedGone(t, c, cl.UID)
+	})
+	ready := func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
+	}
+	require.EventuallyWithT(t, ready, 6*time.Minute, poll, "the highly available Cluster is Ready")
+	t.Logf("FIGURE hosted HA create→Ready: %.1f s", time.Since(start).Seconds())
+	hns := hosted.NamespaceFor(cl.UID)
+
+	// Placement: one member and one API server per node, the PriorityClass, memory as limited.
+	placed := func(ct require.TestingT) (etcd, api []corev1.Pod) {
+		pods := &corev1.PodList{}
+		require.NoError(ct, c.List(ctx, pods, client.InNamespace(hns)))
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			switch p.Labels[hosted.LabelComponent] {
+			case hosted.ComponentEtcd:
+				etcd = append(etcd, p)
+			case hosted.ComponentAPIServer:
+				api = append(api, p)
+			}
+		}
+		return etcd, api
+	}
+	etcdPods, apiPods := placed(t)
+	require.Len(t, etcdPods, 3)
+	require.Len(t, apiPods, 2)
+	for _, group := range [][]corev1.Pod{etcdPods, apiPods} {
+		nodes := map[string]bool{}
+		for _, p := range group {
+			assert.False(t, nodes[p.Spec.NodeName], "two %s pods on node %s", p.Labels[hosted.LabelComponent], p.Spec.NodeName)
+			nodes[p.Spec.NodeName] = true
+			assert.Equal(t, hosted.PriorityClassControlPlane, p.Spec.PriorityClassName)
+			for _, ctr := range p.Spec.Containers {
+				assert.Equal(t, ctr.Resources.Limits.Memory().String(), ctr.Resources.Requests.Memory().String(), "%s/%s", p.Name, ctr.Name)
+			}
+		}
+	}
+
+	admin := hostedAdmin(t, c, cl)
+	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"written": "before the drills"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	user := tokenClient(t, c, cl)
+
+	var memTotal float64
+	for name, mib := range podMemory(t, kubeconfig) {
+		if strings.HasPrefix(name, hns+"/") {
+			memTotal += mib
+		}
+	}
+	t.Logf("FIGURE hosted HA memory (working set) of the idle control plane (3 etcd, 2 API servers with controller managers): %.0f MiB", memTotal)
+
+	// healed waits until every member and API server runs again, none of olds among them.
+	healed := func(olds ...corev1.Pod) {
+		t.Helper()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			sts, dep := &appsv1.StatefulSet{}, &appsv1.Deployment{}
+			require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: hns, Name: hosted.NameEtcd}, sts))
+			require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: hns, Name: hosted.NameAPIServer}, dep))
+			assert.Equal(ct, int32(3), sts.Status.ReadyReplicas, "etcd members ready")
+			assert.Equal(ct, int32(2), dep.Status.AvailableReplicas, "API servers available")
+			etcd, api := placed(ct)
+			for _, p := range append(etcd, api...) {
+				for _, old := range olds {
+					assert.NotEqual(ct, old.UID, p.UID, "pod %s replaced", p.Name)
+				}
+			}
+		}, 5*time.Minute, poll, "the control plane healed")
+		require.EventuallyWithT(t, ready, time.Minute, poll)
+	}
+
+	// (1) One etcd member and one API server deleted together.
+	polled := startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
+	start = time.Now()
+	victims := []corev1.Pod{etcdPods[0], apiPods[0]}
+	for i := range victims {
+		require.NoError(t, c.Delete(ctx, &victims[i]))
+	}
+	healed(victims...)
+	took := time.Since(start)
+	during := summarize(polled.stop())
+	t.Logf("FIGURE hosted HA: etcd pod %s and API server pod %s deleted together, healed after %.1f s; a client polling every 200 ms: %s",
+		victims[0].Name, victims[1].Name, took.Seconds(), during)
+	assert.Empty(t, during.errors, "no failed request while a member and an API server are replaced")
+
+	// (2) A worker with a member and an API server drained, then uncordoned.
+	etcdPods, apiPods = placed(t)
+	node := apiPods[0].Spec.NodeName
+	var onNode []corev1.Pod
+	for _, p := range append(etcdPods, apiPods...) {
+		if p.Spec.NodeName == node {
+			onNode = append(onNode, p)
+		}
+	}
+	require.Len(t, onNode, 2, "node %s runs a member and an API server", node)
+	polled = startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
+	start = time.Now()
+	uncordoned := false
+	t.Cleanup(func() {
+		if !uncordoned {
+			_, _ = exec.Command("kubectl", "--kubeconfig", kubeconfig, "uncordon", node).CombinedOutput()
+		}
+	})
+	out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "drain", node,
+		"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=5m").CombinedOutput()
+	require.NoError(t, err, "kubectl drain %s: %s", node, out)
+	drained := time.Since(start)
+	// Drained: the API server runs on another node; the member waits for its node (its volume).
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		dep := &appsv1.Deployment{}
+		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: hns, Name: hosted.NameAPIServer}, dep))
+		assert.Equal(ct, int32(2), dep.Status.AvailableReplicas)
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
+	}, 5*time.Minute, poll, "two API servers on the nodes left")
+	mid := summarize(polled.stop())
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+	t.Logf("FIGURE hosted HA: node %s drained in %.1f s (a member and an API server evicted); a client polling every 200 ms until two API servers ran elsewhere: %s; the Cluster says: %s",
+		node, drained.Seconds(), mid, apiServerMessage(cl))
+	assert.Empty(t, mid.errors, "no failed request while a node is drained")
+
+	polled = startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
+	start = time.Now()
+	out, err = exec.Command("kubectl", "--kubeconfig", kubeconfig, "uncordon", node).CombinedOutput()
+	require.NoError(t, err, "kubectl uncordon %s: %s", node, out)
+	uncordoned = true
+	healed(onNode...)
+	after := summarize(polled.stop())
+	t.Logf("FIGURE hosted HA: node %s uncordoned, the member back after %.1f s; a client polling every 200 ms: %s", node, time.Since(start).Seconds(), after)
+	assert.Empty(t, after.errors, "no failed request while the member rejoins")
+
+	kept, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+	require.NoError(t, err, "the data written before the drills")
+	assert.Equal(t, "before the drills", kept.Data["written"])
+	_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	require.NoError(t, err, "the kubeconfig issued before the drills works")
+}
+
+// apiServerMessage is the message of cl's APIServerReady condition.
+func apiServerMessage(cl *clustersv1alpha1.Cluster) string {
+	if c := meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionAPIServerReady); c != nil {
+		return fmt.Sprintf("%q (%s)", c.Message, c.Reason)
+	}
+	return "no APIServerReady condition"
+}
