@@ -759,11 +759,13 @@ func TestHighAvailability(t *testing.T) {
 		for i := range 3 {
 			assert.NoError(t, cert[0].VerifyHostname(fmt.Sprintf("etcd-%d.etcd-peer.%s.svc", i, ns)), name)
 		}
-		if name == SecretEtcdPeer {
-			assert.ElementsMatch(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, cert[0].ExtKeyUsage)
-			assert.Equal(t, etcdPeerCN, cert[0].Subject.CommonName)
-		}
 	}
+	peerClient := get(t, &corev1.Secret{}, ns, SecretEtcdPeerClient)
+	cert, err := certutil.ParseCertsPEM(peerClient.Data["tls.crt"])
+	require.NoError(t, err)
+	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert[0].ExtKeyUsage)
+	assert.Equal(t, etcdPeerCN, cert[0].Subject.CommonName, "the only name etcd takes as a peer")
+	assert.Empty(t, cert[0].DNSNames, "etcd would check names against the peer's address, which a network may translate")
 	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
 	assert.Equal(t, int32(3), *sts.Spec.Replicas)
 	etcd := sts.Spec.Template.Spec.Containers[0]
@@ -799,6 +801,6 @@ func TestHighAvailability(t *testing.T) {
 	h.ensure(t, other)
 	assert.False(t, record(t, other).HighAvailability)
 	assert.Equal(t, int32(1), *get(t, &appsv1.StatefulSet{}, NamespaceFor(other.UID), NameEtcd).Spec.Replicas)
-	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: NamespaceFor(other.UID), Name: NameEtcd}, &policyv1.PodDisruptionBudget{})
+	err = env.Client.Get(t.Context(), client.ObjectKey{Namespace: NamespaceFor(other.UID), Name: NameEtcd}, &policyv1.PodDisruptionBudget{})
 	assert.True(t, apierrors.IsNotFound(err), "a single control plane has no budget (it would block every drain): %v", err)
 }

@@ -102,10 +102,13 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
 	}
 	if s.HighAvailability {
-		// The members' certificate towards one another: server and client, for every member's
-		// name. etcd reads it at each handshake, like its serving certificate.
-		leaves = append(leaves, leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
-			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false})
+		// The members' certificates towards one another: serving, for every member's name, and
+		// client, with no names (etcd checks a peer's names against its address). etcd reads them
+		// at each handshake, like its serving certificate.
+		leaves = append(leaves,
+			leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
+				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
+			leafSecret{SecretEtcdPeerClient, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false})
 	}
 	for _, l := range leaves {
 		cert, key, err := ensureLeaf(ctx, c, s, l.secret, l.ca, l.leaf)

@@ -271,8 +271,14 @@ const (
 	// (etcd-N.etcd-peer.NAMESPACE.svc) and the peers' port; SecretEtcdPeer its peer certificate.
 	NameEtcdPeer   = "etcd-peer"
 	SecretEtcdPeer = "etcd-peer"
+	// SecretEtcdPeerClient is the certificate a member shows the others: no names in it, since
+	// etcd checks a peer certificate's names against the address the peer connects from (which
+	// a network that translates pod addresses changes).
+	SecretEtcdPeerClient = "etcd-peer-client"
 	// etcdPeerCN is the common name of the peer certificate: the only one etcd takes as a peer
 	// (--peer-cert-allowed-cn), so that the API server's client certificate of the same CA is not.
+// The peer certificate serves (the members' names in it), the peer client certificate (no names)
+// connects.
 	etcdPeerCN = "etcd-peer"
 	// PriorityClassControlPlane is the PriorityClass of highly available control planes' pods
 	// (made in the host cluster when missing): above workloads, below the host's own
@@ -570,7 +576,8 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		secretItems(SecretEtcdCA, "ca.crt", "ca.crt"),
 	}
 	if s.HighAvailability {
-		pkiSources = append(pkiSources, secretItems(SecretEtcdPeer, "tls.crt", "peer.crt", "tls.key", "peer.key"))
+		pkiSources = append(pkiSources, secretItems(SecretEtcdPeer, "tls.crt", "peer.crt", "tls.key", "peer.key"),
+			secretItems(SecretEtcdPeerClient, "tls.crt", "peer-client.crt", "tls.key", "peer-client.key"))
 	}
 	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		DefaultMode: ptr.To[int32](0o440),
@@ -693,6 +700,8 @@ func etcdHAArgs(namespace string, quota int64) []string {
 		"--initial-cluster-token="+namespace,
 		"--peer-cert-file="+etcdPKIMount+"/peer.crt",
 		"--peer-key-file="+etcdPKIMount+"/peer.key",
+		"--peer-client-cert-file="+etcdPKIMount+"/peer-client.crt",
+		"--peer-client-key-file="+etcdPKIMount+"/peer-client.key",
 		"--peer-trusted-ca-file="+etcdPKIMount+"/ca.crt",
 		"--peer-client-cert-auth=true",
 		"--peer-cert-allowed-cn="+etcdPeerCN,

@@ -401,7 +401,8 @@ func TestHighAvailabilityPlan(t *testing.T) {
 			}
 		}
 	}
-	assert.Subset(t, projected, []string{"peer.crt", "peer.key", "server.crt", "ca.crt"})
+	assert.Subset(t, projected, []string{"peer.crt", "peer.key", "peer-client.crt", "peer-client.key", "server.crt", "ca.crt"})
+	assert.Equal(t, "/etc/etcd/pki/peer-client.crt", f["--peer-client-cert-file"])
 
 	dep := ha.APIServerDeployment()
 	assert.Equal(t, int32(2), *dep.Spec.Replicas)
