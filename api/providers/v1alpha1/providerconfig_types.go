@@ -155,7 +155,7 @@ type KindBackendConfig struct {
 // HostedBackendConfig holds settings of the hosted backend: where and how each Cluster's control
 // plane runs. Settings are read when a Cluster's workloads are made or changed; the image a Cluster
 // was created with is kept in its status, so a change of Images affects new Clusters only.
-// +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !self.highAvailability || (has(self.storageClassName) && self.storageClassName != '')",message="spec.hosted.highAvailability needs spec.hosted.storageClassName: each etcd member keeps its data on a claim of that class"
+// +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !self.highAvailability || (has(self.storageClassName) && size(self.storageClassName) > 0)",message="spec.hosted.highAvailability needs spec.hosted.storageClassName: each etcd member keeps its data on a claim of that class"
 type HostedBackendConfig struct {
 	// Images are the control-plane images by Kubernetes version (1.37.1 →
 	// cluster-provider/controlplane:v1.37.1): each holds kube-apiserver, kube-controller-manager
