@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -92,28 +91,28 @@ func TestHostedHAOnKind(t *testing.T) {
 	require.NoError(t, err)
 	user := tokenClient(t, c, cl)
 
-	var memTotal float64
-	for name, mib := range podMemory(t, kubeconfig) {
-		if strings.HasPrefix(name, hns+"/") {
-			memTotal += mib
-		}
-	}
-	t.Logf("FIGURE hosted HA memory (working set) of the idle control plane (3 etcd, 2 API servers with controller managers): %.0f MiB", memTotal)
-
-	// healed waits until every member and API server runs again, none of olds among them.
+	// healed waits until three members and two API servers run and are ready again, none of olds
+	// among them.
 	healed := func(olds ...corev1.Pod) {
 		t.Helper()
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			sts, dep := &appsv1.StatefulSet{}, &appsv1.Deployment{}
-			require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: hns, Name: hosted.NameEtcd}, sts))
-			require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: hns, Name: hosted.NameAPIServer}, dep))
-			assert.Equal(ct, int32(3), sts.Status.ReadyReplicas, "etcd members ready")
-			assert.Equal(ct, int32(2), dep.Status.AvailableReplicas, "API servers available")
 			etcd, api := placed(ct)
-			for _, p := range append(etcd, api...) {
-				for _, old := range olds {
-					assert.NotEqual(ct, old.UID, p.UID, "pod %s replaced", p.Name)
+			for _, group := range []struct {
+				pods []corev1.Pod
+				want int
+			}{{etcd, 3}, {api, 2}} {
+				ready := 0
+				for _, p := range group.pods {
+					for _, old := range olds {
+						assert.NotEqual(ct, old.UID, p.UID, "pod %s replaced", p.Name)
+					}
+					for _, cond := range p.Status.Conditions {
+						if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+							ready++
+						}
+					}
 				}
+				assert.Equal(ct, group.want, ready, "ready pods")
 			}
 		}, 5*time.Minute, poll, "the control plane healed")
 		require.EventuallyWithT(t, ready, time.Minute, poll)
@@ -178,6 +177,20 @@ func TestHostedHAOnKind(t *testing.T) {
 	after := summarize(polled.stop())
 	t.Logf("FIGURE hosted HA: node %s uncordoned, the member back after %.1f s; a client polling every 200 ms: %s", node, time.Since(start).Seconds(), after)
 	assert.Empty(t, after.errors, "no failed request while the member rejoins")
+
+	// Memory, idle, once the kubelets report every pod of the control plane.
+	etcdPods, apiPods = placed(t)
+	var memTotal float64
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		mem := podMemory(t, kubeconfig)
+		memTotal = 0
+		for _, p := range append(etcdPods, apiPods...) {
+			mib := mem[p.Namespace+"/"+p.Name]
+			assert.Positive(ct, mib, "the kubelet reports pod %s", p.Name)
+			memTotal += mib
+		}
+	}, 2*time.Minute, poll, "the kubelets report the control plane's pods")
+	t.Logf("FIGURE hosted HA memory (working set) of the idle control plane (3 etcd members, 2 API servers with controller managers): %.0f MiB", memTotal)
 
 	kept, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
 	require.NoError(t, err, "the data written before the drills")
