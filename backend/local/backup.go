@@ -1,26 +1,17 @@
 package local
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/version"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 )
 
 // Backups of a cluster live in <state-dir>/backups/<Cluster UID>/, beside the cluster folders and
@@ -32,14 +23,14 @@ import (
 const (
 	backupsDir     = "backups"
 	replacedDir    = "replaced"
-	snapshotSuffix = ".db"
-	recordSuffix   = ".json"
+	snapshotSuffix = snapshots.SnapshotSuffix
+	recordSuffix   = snapshots.RecordSuffix
 	// etcdRestoring is where a restore writes the snapshot's data before it becomes etcdDataDir.
 	etcdRestoring = etcdDataDir + ".restoring"
 	// snapshotTimeout bounds taking and checking one snapshot.
-	snapshotTimeout = 5 * time.Minute
+	snapshotTimeout = snapshots.Timeout
 	// snapshotNameLayout names snapshots by the UTC second they were taken.
-	snapshotNameLayout = "20060102T150405Z"
+	snapshotNameLayout = snapshots.NameLayout
 )
 
 var _ backend.Backups = &Backend{}
@@ -67,69 +58,23 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
 	defer cancel()
 
-	dir := b.backupDir(cl.UID)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return backend.Snapshot{}, fmt.Errorf("making the backup folder: %w", err)
-	}
-	now := time.Now().UTC()
-	name := now.Format(snapshotNameLayout)
-	for i := 2; exists(filepath.Join(dir, name+recordSuffix)); i++ {
-		name = fmt.Sprintf("%s-%d", now.Format(snapshotNameLayout), i)
-	}
-	part := filepath.Join(dir, name+snapshotSuffix+".part")
-	defer os.Remove(part) // left only by a failure
-	if out, err := run(ctx, in.dir, in.bins.Etcdctl(), "--endpoints=unix://"+etcdSocket, "--command-timeout=5m", "snapshot", "save", part); err != nil {
-		return backend.Snapshot{}, fmt.Errorf("etcdctl snapshot save: %w: %s", err, lastLine(out))
-	}
-	if err := os.Chmod(part, 0o600); err != nil {
-		return backend.Snapshot{}, err
-	}
-	sum, size, err := fileSHA256(part)
-	if err != nil {
-		return backend.Snapshot{}, err
-	}
-	st, err := snapshotStatus(ctx, in.bins, part)
-	if err != nil {
-		return backend.Snapshot{}, fmt.Errorf("the snapshot just taken does not check (etcdutl snapshot status): %w", err)
-	}
 	in.mu.Lock()
 	running := in.meta.Version
 	in.mu.Unlock()
-	s := backend.Snapshot{Name: name, Cluster: cl.UID, Taken: now, Size: size, Revision: st.Revision, Keys: st.TotalKey, Version: running, SHA256: sum}
-	if err := os.Rename(part, filepath.Join(dir, name+snapshotSuffix)); err != nil {
-		return backend.Snapshot{}, err
-	}
-	data, err := json.MarshalIndent(s, "", "  ")
+	s, err := b.store(in.bins).Take(ctx, cl.UID, running, in.dir, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, name+recordSuffix), data, 0o600); err != nil {
-		return backend.Snapshot{}, fmt.Errorf("recording the snapshot: %w", err)
-	}
-	in.log.Info("Took a snapshot of etcd", "snapshot", name, "bytes", size, "revision", st.Revision, "keys", st.TotalKey)
-	if err := b.prune(cl.UID, keep); err != nil {
+	in.log.Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys)
+	if _, err := b.store(in.bins).Prune(cl.UID, keep); err != nil {
 		in.log.Error(err, "Removing old snapshots failed; they stay until the next snapshot tries again")
 	}
 	return s, nil
 }
 
-// prune removes all but the newest keep snapshots of the cluster with uid.
-func (b *Backend) prune(uid types.UID, keep int) error {
-	all, err := b.snapshots(uid)
-	if err != nil || keep <= 0 || len(all) <= keep {
-		return err
-	}
-	dir := b.backupDir(uid)
-	var errs []error
-	for _, s := range all[keep:] {
-		// The record first: a snapshot without one is ignored, never half-listed.
-		for _, f := range []string{s.Name + recordSuffix, s.Name + snapshotSuffix} {
-			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+// store is the snapshots of the local clusters, taken and checked with bins' tools.
+func (b *Backend) store(bins Binaries) snapshots.Store {
+	return snapshots.Store{Dir: filepath.Join(b.opts.StateDir, backupsDir), Etcdctl: bins.Etcdctl(), Etcdutl: bins.Etcdutl()}
 }
 
 // Snapshots lists cl's snapshots, newest first.
@@ -138,46 +83,12 @@ func (b *Backend) Snapshots(_ context.Context, cl *clustersv1alpha1.Cluster) ([]
 }
 
 func (b *Backend) snapshots(uid types.UID) ([]backend.Snapshot, error) {
-	dir := b.backupDir(uid)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+	all, err := b.store(Binaries{}).List(uid)
+	if err != nil && all != nil {
+		b.log.Error(err, "Some snapshot records do not read", "folder", b.backupDir(uid))
+		err = nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	var out []backend.Snapshot
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), recordSuffix)
-		if !ok || e.IsDir() {
-			continue
-		}
-		s, err := readSnapshot(dir, name)
-		if err != nil {
-			b.log.Error(err, "Skipping a snapshot record that does not read", "file", filepath.Join(dir, e.Name()))
-			continue
-		}
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b backend.Snapshot) int {
-		if c := b.Taken.Compare(a.Taken); c != 0 {
-			return c
-		}
-		return strings.Compare(b.Name, a.Name)
-	})
-	return out, nil
-}
-
-func readSnapshot(dir, name string) (backend.Snapshot, error) {
-	var s backend.Snapshot
-	data, err := os.ReadFile(filepath.Join(dir, name+recordSuffix))
-	if err != nil {
-		return s, err
-	}
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("%s: %w", filepath.Join(dir, name+recordSuffix), err)
-	}
-	return s, nil
+	return all, err
 }
 
 // CheckRestore checks snapshot name of cl: it exists, it is cl's, its file is the one taken, and
@@ -212,55 +123,11 @@ func (b *Backend) checkSnapshot(ctx context.Context, bins Binaries, uid types.UI
 	if err := bins.backupTools(); err != nil {
 		return backend.Snapshot{}, err
 	}
-	dir := b.backupDir(uid)
-	s, err := readSnapshot(dir, name)
-	if errors.Is(err, os.ErrNotExist) {
-		var names []string
-		all, _ := b.snapshots(uid)
-		for _, s := range all {
-			names = append(names, s.Name)
-		}
-		have := "it has none"
-		if len(names) > 0 {
-			have = "its snapshots: " + strings.Join(names, ", ")
-		}
-		return s, refuse("there is no snapshot %q of the Cluster with UID %s (%s)", name, uid, have)
-	}
-	if err != nil {
-		return s, refuse("the record of snapshot %q does not read: %v", name, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
-	defer cancel()
-	file := filepath.Join(dir, name+snapshotSuffix)
-	sum, _, err := fileSHA256(file)
-	switch {
-	case err != nil:
-		return s, refuse("the file of snapshot %q does not read: %v", name, err)
-	case sum != s.SHA256:
-		return s, refuse("snapshot %q is damaged: the SHA-256 of %s is %s, not %s as when it was taken; restore another snapshot", name, file, sum, s.SHA256)
-	}
-	if _, err := snapshotStatus(ctx, bins, file); err != nil {
-		return s, refuse("snapshot %q does not check (etcdutl snapshot status): %v; restore another snapshot", name, err)
-	}
-	return s, nil
+	return b.store(bins).Check(ctx, uid, name)
 }
 
-// versionFits refuses a snapshot of a later Kubernetes minor than the cluster runs (its objects
-// may be stored in versions the API server does not know) or of a minor more than one before.
-func versionFits(s backend.Snapshot, running string) error {
-	sv, err1 := version.ParseGeneric(s.Version)
-	rv, err2 := version.ParseGeneric(running)
-	if err1 != nil || err2 != nil {
-		return nil // no version to compare: etcd checks what it can
-	}
-	switch {
-	case sv.Major() != rv.Major() || sv.Minor() > rv.Minor():
-		return refuse("snapshot %q was taken of Kubernetes %s, a later version than the cluster's %s: its API server may not read the objects in it", s.Name, s.Version, running)
-	case sv.Minor()+1 < rv.Minor():
-		return refuse("snapshot %q was taken of Kubernetes %s, more than one minor before the cluster's %s, a change of version the cluster could not have made", s.Name, s.Version, running)
-	}
-	return nil
-}
+// versionFits is snapshots.VersionFits.
+func versionFits(s backend.Snapshot, running string) error { return snapshots.VersionFits(s, running) }
 
 // Restore checks snapshot name of cl and starts the restore: the cluster's processes stop, the
 // snapshot is restored into a new etcd data folder, the old one is moved aside, and the cluster
@@ -410,16 +277,8 @@ func (b *Backend) restoreData(dir string, bins Binaries, m *meta, now time.Time)
 			return "", err
 		}
 	}
-	file := filepath.Join(b.backupDir(s.Cluster), s.Name+snapshotSuffix)
-	ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
-	defer cancel()
 	peer := "unix://" + etcdPeerSocket
-	if out, err := run(ctx, dir, bins.Etcdutl(), "snapshot", "restore", file, "--data-dir="+etcdRestoring+".part",
-		"--name=default", "--initial-cluster=default="+peer, "--initial-advertise-peer-urls="+peer); err != nil {
-		os.RemoveAll(staging + ".part")
-		return "", fmt.Errorf("etcdutl snapshot restore: %w: %s", err, lastLine(out))
-	}
-	if err := os.Rename(staging+".part", staging); err != nil {
+	if err := b.store(bins).Restore(context.Background(), b.store(bins).File(s.Cluster, s.Name), staging, "default", "default="+peer, peer); err != nil {
 		return "", err
 	}
 	aside := ""
@@ -488,53 +347,7 @@ func (b *Backend) restoreStateLocked(uid types.UID, in *instance, r *restore) ba
 }
 
 // refuse is a restore refused: nothing changed.
-func refuse(format string, args ...any) error {
-	return backend.Errorf(backend.ReasonRestoreRefused, "restore refused, nothing changed: "+format, args...)
-}
-
-// snapshotStat is what `etcdutl snapshot status -w json` prints (the fields used).
-type snapshotStat struct {
-	Revision int64 `json:"revision"`
-	TotalKey int64 `json:"totalKey"`
-}
-
-// snapshotStatus checks a snapshot file with etcdutl, which reads the whole database.
-func snapshotStatus(ctx context.Context, bins Binaries, file string) (snapshotStat, error) {
-	var st snapshotStat
-	out, err := run(ctx, "", bins.Etcdutl(), "snapshot", "status", file, "--write-out=json")
-	if err != nil {
-		return st, fmt.Errorf("%w: %s", err, lastLine(out))
-	}
-	if err := json.Unmarshal(bytes.TrimSpace([]byte(out)), &st); err != nil {
-		return st, fmt.Errorf("reading etcdutl's answer %q: %w", lastLine(out), err)
-	}
-	if st.Revision <= 0 {
-		return st, fmt.Errorf("etcdutl reports revision %d", st.Revision)
-	}
-	return st, nil
-}
-
-// run runs bin with args in dir and returns its combined output.
-func run(ctx context.Context, dir, bin string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func fileSHA256(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
-}
+func refuse(format string, args ...any) error { return snapshots.Refuse(format, args...) }
 
 func exists(path string) bool {
 	_, err := os.Stat(path)
