@@ -48,6 +48,9 @@ const (
 	ReasonRestoring = "Restoring"
 	// ReasonBackupUnavailable: the backend cannot take snapshots of this cluster (say why).
 	ReasonBackupUnavailable = "BackupUnavailable"
+	// ReasonSnapshotInProgress: the backend takes the snapshot in the background (the hosted
+	// backend's Jobs); Snapshot returns it once it is done, when called again.
+	ReasonSnapshotInProgress = "SnapshotInProgress"
 )
 
 // Backups is implemented by a Backend that runs its clusters' etcd and can snapshot it.

@@ -30,7 +30,9 @@
 #      a downgrade refused) and TestHostedRenewalOnKind (the operator with 10-minute certificates:
 #      a renewal rolls an API server under a polling client without a failed request) and
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
-#      deleted together, then a worker drained, under a polling client without a failed request);
+#      deleted together, then a worker drained, under a polling client without a failed request)
+#      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
+#      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -207,7 +209,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind)$' -count=1 -v -timeout 50m
+  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind)$' -count=1 -v -timeout 55m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

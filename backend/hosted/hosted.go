@@ -801,6 +801,11 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 	name := NamespaceFor(cl.UID)
 	ns := &corev1.Namespace{}
 	if err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
+		// The snapshots stay (they outlive the Cluster); the credential of its snapshot Jobs goes.
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(name).secret}}
+		if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting Secret %s/%s: %w", BackupNamespace, sec.Name, err)
+		}
 		b.forget(cl)
 		return true, nil
 	} else if err != nil {

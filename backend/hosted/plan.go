@@ -447,8 +447,9 @@ func (s *Spec) exposure() corev1.ServiceType {
 	return corev1.ServiceTypeNodePort
 }
 
-// EtcdNetworkPolicy lets only the cluster's API server pods reach etcd's client port, pods of
-// namespaces labelled LabelMonitoring=true its metrics port, and etcd reach nothing.
+// EtcdNetworkPolicy lets only the cluster's API server pods and snapshot Jobs reach etcd's client
+// port, pods of namespaces labelled LabelMonitoring=true its metrics port, and etcd reach nothing
+// (a highly available etcd: its members' peer port, and DNS).
 func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 	np := &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
@@ -462,6 +463,13 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 			}, {
 				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelMonitoring: "true"}}}},
 				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdHTTP)},
+			}, {
+				// This Cluster's snapshot Jobs (backup.go).
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: BackupNamespace}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: s.selector(ComponentSnapshot)},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)},
 			}},
 		},
 	}

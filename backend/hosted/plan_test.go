@@ -179,13 +179,19 @@ func TestNetworkPolicies(t *testing.T) {
 			etcd := s.EtcdNetworkPolicy()
 			assert.Len(t, etcd.Spec.PolicyTypes, 2, "ingress and egress: etcd reaches nothing")
 			assert.Empty(t, etcd.Spec.Egress)
-			require.Len(t, etcd.Spec.Ingress, 2)
+			require.Len(t, etcd.Spec.Ingress, 3)
 			// Its metrics port, from monitoring namespaces only.
 			metrics := etcd.Spec.Ingress[1]
 			assert.Equal(t, intstr.FromInt32(2381), *metrics.Ports[0].Port)
 			require.Len(t, metrics.From, 1)
 			assert.Nil(t, metrics.From[0].PodSelector)
 			assert.Equal(t, map[string]string{LabelMonitoring: "true"}, metrics.From[0].NamespaceSelector.MatchLabels)
+			// Its client port from this Cluster's snapshot Jobs only, in the backups' namespace.
+			snaps := etcd.Spec.Ingress[2]
+			assert.Equal(t, intstr.FromInt32(2379), *snaps.Ports[0].Port)
+			require.Len(t, snaps.From, 1)
+			assert.Equal(t, s.selector(ComponentSnapshot), snaps.From[0].PodSelector.MatchLabels)
+			assert.Equal(t, map[string]string{corev1.LabelMetadataName: BackupNamespace}, snaps.From[0].NamespaceSelector.MatchLabels)
 		})
 	}
 }

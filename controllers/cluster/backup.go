@@ -37,6 +37,9 @@ const (
 // retryBackup is how soon a failed snapshot, or one the cluster was not ready for, is tried again.
 const retryBackup = time.Minute
 
+// snapshotPoll is how soon a snapshot the backend takes in the background is asked for again.
+const snapshotPoll = 3 * time.Second
+
 var (
 	metricBackupTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "cluster_provider_backup_last_success_timestamp_seconds",
@@ -125,12 +128,15 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	due := asked || (interval > 0 && (len(snaps) == 0 || !now.Before(snaps[0].Taken.Add(interval))))
 	if due && s.Ready {
 		snap, err := bk.Snapshot(ctx, cl, keep)
-		if err != nil {
+		switch {
+		case backend.IsReason(err, backend.ReasonSnapshotInProgress):
+			out.requeue = snapshotPoll // the backend takes it in the background
+		case err != nil:
 			out.failed = err
 			metricBackupFailures.WithLabelValues(refName(cl)).Inc()
 			r.Event(cl, "Warning", ReasonBackupFailed, "Backup", "The snapshot of etcd failed: %s", err.Error())
 			out.requeue = retryBackup
-		} else {
+		default:
 			r.Event(cl, "Normal", ReasonSnapshotTaken, "Backup", "Took snapshot %s of etcd: %d bytes, revision %d, %d keys.", snap.Name, snap.Size, snap.Revision, snap.Keys)
 			if snaps, err = bk.Snapshots(ctx, cl); err != nil {
 				return out, fmt.Errorf("listing the snapshots: %w", err)

@@ -52,7 +52,7 @@ func TestLocalRestoreDrill(t *testing.T) {
 
 	// The first scheduled snapshot is taken once the Cluster is Ready (before the grant, maybe);
 	// one more is asked for, which holds the request's ServiceAccount and the data.
-	awaitBackups(t, cl, 1)
+	awaitBackups(t, env.Client, cl, 1)
 	out, err := kubectl(t, platform, "-n", cl.Namespace, "annotate", "cluster", cl.Name, backend.AnnotationSnapshot+"=now")
 	require.NoError(t, err, "%s", out)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -61,7 +61,7 @@ func TestLocalRestoreDrill(t *testing.T) {
 		assert.NotContains(c, got.Annotations, backend.AnnotationSnapshot, "removed once taken")
 		assert.Len(c, backupsOf(c, got), 2)
 	}, convergeWithin, poll, "the snapshot on demand")
-	asked := awaitBackups(t, cl, 2)[0] // newest first
+	asked := awaitBackups(t, env.Client, cl, 2)[0] // newest first
 	write("after")
 
 	// etcd's data folder is lost while the operator is down.
@@ -135,18 +135,18 @@ func backupsOf(c assert.TestingT, cl *clustersv1alpha1.Cluster) []listed {
 	return ps.Backups
 }
 
-// awaitBackups waits until cl's status lists n snapshots and BackedUp is True.
-func awaitBackups(t *testing.T, cl *clustersv1alpha1.Cluster, n int) []listed {
+// awaitBackups waits until cl's status (read with c) lists n snapshots and BackedUp is True.
+func awaitBackups(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, n int) []listed {
 	t.Helper()
 	var got []listed
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		cur := &clustersv1alpha1.Cluster{}
-		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKeyFromObject(cl), cur))
-		got = backupsOf(c, cur)
-		assert.Len(c, got, n)
+		require.NoError(ct, c.Get(t.Context(), client.ObjectKeyFromObject(cl), cur))
+		got = backupsOf(ct, cur)
+		assert.Len(ct, got, n)
 		cond := meta.FindStatusCondition(cur.Status.Conditions, cluster.ConditionBackedUp)
-		if assert.NotNil(c, cond) {
-			assert.Equal(c, metav1.ConditionTrue, cond.Status, cond.Message)
+		if assert.NotNil(ct, cond) {
+			assert.Equal(ct, metav1.ConditionTrue, cond.Status, cond.Message)
 		}
 	}, clusterReadyWithin, poll, "%d snapshots listed", n)
 	for _, s := range got {

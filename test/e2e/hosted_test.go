@@ -36,7 +36,7 @@ import (
 
 // hostedTarget is the platform of `make e2e-kind` with deploy/hosted applied: its client and
 // kubeconfig, and the ProviderConfig a hosted profile needs ($E2E_CONTROLPLANE_IMAGE, the
-// StorageClass hack/localprovisioner serves).
+// StorageClass hack/localprovisioner serves, no scheduled snapshots).
 func hostedTarget(t *testing.T) (client.Client, string, *providersv1alpha1.ProviderConfig) {
 	t.Helper()
 	kubeconfig := os.Getenv("E2E_KIND_KUBECONFIG")
@@ -52,6 +52,8 @@ func hostedTarget(t *testing.T) (client.Client, string, *providersv1alpha1.Provi
 	version := strings.TrimPrefix(image[strings.LastIndex(image, ":")+1:], "v")
 	pc := &providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{
 		Backend: providersv1alpha1.BackendHosted,
+		// Snapshot Jobs only where a test is about them (TestHostedBackupOnKind).
+		Backup: &providersv1alpha1.BackupPolicy{Disabled: true},
 		Hosted: &providersv1alpha1.HostedBackendConfig{
 			Images:           map[string]string{version: image},
 			StorageClassName: envOr("E2E_STORAGE_CLASS", "hosted-local"),

@@ -1,0 +1,365 @@
+package hosted
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
+)
+
+// Snapshots of hosted control planes. Each host cluster keeps them in namespace BackupNamespace,
+// outside the control planes' namespaces, so that they outlive their Cluster: per Cluster a claim
+// of its etcd's storage class (snapshots-hcp-…, four times etcd's claim) with the snapshot files
+// (backend/snapshots' layout), a ConfigMap listing them (snapshots-hcp-…, key snapshots.json,
+// what `kubectl get` shows), and the etcd client certificate of its snapshot Jobs
+// (etcd-client-hcp-…, removed with the Cluster). A snapshot is a Job (snapshot-hcp-…) that runs
+// cmd/etcd-snapshot of the control plane's own image: etcdctl streams etcd's database onto the
+// claim, etcdutl reads it whole, its SHA-256 is recorded and the oldest beyond the ProviderConfig's
+// keep are removed; the Job's termination message tells the backend what it did.
+const (
+	// BackupNamespace holds every hosted control plane's snapshots in a host cluster. Whoever reads
+	// its claims or Secrets reads every Secret of those clusters.
+	BackupNamespace = "cluster-provider-backups"
+	// ComponentSnapshot labels the snapshot Jobs' pods (the etcd NetworkPolicy lets them in).
+	ComponentSnapshot = "etcd-snapshot"
+	// catalogKey is the list of a Cluster's snapshots (JSON, newest first) in its ConfigMap.
+	catalogKey     = "snapshots.json"
+	snapshotsMount = "/snapshots"
+	// snapshotDeadline bounds a snapshot Job, its pod's start included.
+	snapshotDeadline = 10 * time.Minute
+	// snapshotUser is the etcd client certificate's name of the snapshot Jobs.
+	snapshotUser = "etcd-snapshot"
+)
+
+var _ backend.Backups = &Backend{}
+
+// ReasonSnapshotInProgress: a snapshot Job runs; the snapshot is there once it ends.
+const ReasonSnapshotInProgress = backend.ReasonSnapshotInProgress
+
+// backupNames are the names, in BackupNamespace, of what belongs to the control plane in
+// namespace ns.
+type backupNames struct{ claim, catalog, secret, job string }
+
+func namesFor(ns string) backupNames {
+	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns}
+}
+
+// backupSpec is the Spec whose meta labels what BackupNamespace holds of s's Cluster.
+func (s *Spec) backupSpec() *Spec {
+	return &Spec{Namespace: BackupNamespace, Cluster: s.Cluster, Image: s.Image, StorageClassName: s.StorageClassName, StorageSize: s.StorageSize}
+}
+
+// Snapshot takes a snapshot of cl's etcd with a Job on its host. The Job runs for a while: while it
+// does, Snapshot returns an error of reason ReasonSnapshotInProgress (call again); once it ended,
+// the snapshot it took, or why it failed.
+func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (backend.Snapshot, error) {
+	h, s, version, err := b.backupTarget(ctx, cl)
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	names := namesFor(s.Namespace)
+	job := &batchv1.Job{}
+	err = h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: names.job}, job)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := b.startSnapshot(ctx, h, s, version, keep); err != nil {
+			return backend.Snapshot{}, err
+		}
+		return backend.Snapshot{}, backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s/%s started", BackupNamespace, names.job)
+	case err != nil:
+		return backend.Snapshot{}, fmt.Errorf("reading Job %s/%s: %w", BackupNamespace, names.job, err)
+	}
+	done, failed := jobEnded(job)
+	if !done {
+		if time.Since(job.CreationTimestamp.Time) > snapshotDeadline+time.Minute {
+			// Its deadline passed long ago and Kubernetes did not end it: end it here.
+			return backend.Snapshot{}, b.endSnapshot(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s did not end within %s", BackupNamespace, names.job, snapshotDeadline))
+		}
+		return backend.Snapshot{}, backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s/%s runs", BackupNamespace, names.job)
+	}
+	res, err := jobResult(ctx, h, job)
+	switch {
+	case err == nil && failed == "" && res.Snapshot != nil && res.Snapshot.Cluster == cl.UID:
+	case err == nil && res.Error != "":
+		err = errors.New(res.Error)
+	case err == nil && failed != "":
+		err = errors.New(failed)
+	case err == nil:
+		err = errors.New("it ended without a snapshot")
+	}
+	if err != nil {
+		return backend.Snapshot{}, b.endSnapshot(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s failed: %w", BackupNamespace, names.job, err))
+	}
+	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
+		return backend.Snapshot{}, err // the Job stays: harvested at the next call
+	}
+	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size)
+	return *res.Snapshot, b.endSnapshot(ctx, h, job, nil)
+}
+
+// backupTarget is cl's host, the Spec of its control plane and its version, as recorded; an
+// error of reason BackupUnavailable when it cannot be snapshotted.
+func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster) (*host, *Spec, string, error) {
+	h, ps, found, err := b.locate(ctx, cl, nil)
+	switch {
+	case err != nil:
+		return nil, nil, "", err
+	case h == nil || !found || ps.Version == "":
+		return nil, nil, "", backend.Errorf(backend.ReasonBackupUnavailable, "the control plane of %s is not made yet", backend.RefOf(cl))
+	case ps.StorageClassName == "":
+		return nil, nil, "", backend.Errorf(backend.ReasonBackupUnavailable,
+			"this control plane's etcd keeps its data on an emptyDir, and its snapshots would go on a claim of its storage class, which it has none of: new Clusters of a ProviderConfig with spec.hosted.storageClassName have both")
+	}
+	s := &Spec{Namespace: NamespaceFor(cl.UID), Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID},
+		Image: ps.Image, StorageClassName: ps.StorageClassName, HighAvailability: ps.HighAvailability}
+	if ps.StorageSize != "" {
+		if q, err := resource.ParseQuantity(ps.StorageSize); err == nil {
+			s.StorageSize = q
+		}
+	}
+	return h, s, ps.Version, nil
+}
+
+// startSnapshot makes what the snapshot Job needs in BackupNamespace and starts it.
+func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version string, keep int) error {
+	bs := s.backupSpec()
+	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy()} {
+		if err := h.apply(ctx, obj); err != nil {
+			return err
+		}
+	}
+	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {
+		return err
+	}
+	// The Jobs' etcd client certificate, of the control plane's etcd CA.
+	caSecret := &corev1.Secret{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: SecretEtcdCA}, caSecret); err != nil {
+		return fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, SecretEtcdCA, err)
+	}
+	ca, err := certs.ParseCA(caSecret.Data["ca.crt"], caSecret.Data["ca.key"])
+	if err != nil {
+		return backend.Errorf(backend.ReasonStateDamaged, "Secret %s/%s does not read: %v", s.Namespace, SecretEtcdCA, err)
+	}
+	ca.Lifetime = b.opts.Certificates
+	if _, _, err := ensureLeaf(ctx, h.client, bs, namesFor(s.Namespace).secret, ca,
+		certs.Leaf{CommonName: snapshotUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return err
+	}
+	if err := h.client.Create(ctx, bs.SnapshotJob(s.Namespace, version, keep)); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the snapshot Job: %w", err)
+	}
+	return nil
+}
+
+// endSnapshot deletes a snapshot Job that ended (its pod with it) and returns err.
+func (b *Backend) endSnapshot(ctx context.Context, h *host, job *batchv1.Job, err error) error {
+	if derr := h.client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(derr) != nil {
+		return errors.Join(err, fmt.Errorf("deleting Job %s/%s: %w", job.Namespace, job.Name, derr))
+	}
+	return err
+}
+
+// jobEnded reports whether job ended, and why it failed if it did.
+func jobEnded(job *batchv1.Job) (done bool, failed string) {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return true, ""
+		case batchv1.JobFailed:
+			return true, fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return false, ""
+}
+
+// snapshotResult is what cmd/etcd-snapshot writes as its termination message.
+type snapshotResult struct {
+	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
+	Removed  []string          `json:"removed,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+// jobResult reads the termination message of job's pod.
+func jobResult(ctx context.Context, h *host, job *batchv1.Job) (snapshotResult, error) {
+	var res snapshotResult
+	pods := &corev1.PodList{}
+	if err := h.client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return res, err
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if t := c.State.Terminated; t != nil && t.Message != "" {
+				if err := json.Unmarshal([]byte(t.Message), &res); err != nil {
+					return res, fmt.Errorf("its pod %s says %q", p.Name, t.Message)
+				}
+				return res, nil
+			}
+		}
+	}
+	return res, fmt.Errorf("its pod left no result (the control-plane image %s may lack %s: rebuild it with make controlplane-image)", imageOf(job), binDir+"etcd-snapshot")
+}
+
+func imageOf(job *batchv1.Job) string {
+	if cs := job.Spec.Template.Spec.Containers; len(cs) > 0 {
+		return cs[0].Image
+	}
+	return ""
+}
+
+// Snapshots lists cl's snapshots, newest first, from its ConfigMap in BackupNamespace.
+func (b *Backend) Snapshots(ctx context.Context, cl *clustersv1alpha1.Cluster) ([]backend.Snapshot, error) {
+	h, _, found, err := b.locate(ctx, cl, nil)
+	if err != nil || h == nil || !found {
+		return nil, err
+	}
+	return readCatalog(ctx, h, NamespaceFor(cl.UID))
+}
+
+func readCatalog(ctx context.Context, h *host, ns string) ([]backend.Snapshot, error) {
+	cm := &corev1.ConfigMap{}
+	name := namesFor(ns).catalog
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: name}, cm); apierrors.IsNotFound(err) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("reading ConfigMap %s/%s: %w", BackupNamespace, name, err)
+	}
+	var all []backend.Snapshot
+	if err := json.Unmarshal([]byte(cm.Data[catalogKey]), &all); err != nil {
+		return nil, fmt.Errorf("ConfigMap %s/%s does not read: %w", BackupNamespace, name, err)
+	}
+	snapshots.Sort(all)
+	return all, nil
+}
+
+// updateCatalog adds snapshot taken to the list of s's Cluster and drops those removed.
+func updateCatalog(ctx context.Context, h *host, s *Spec, taken backend.Snapshot, removed []string) error {
+	all, err := readCatalog(ctx, h, s.Namespace)
+	if err != nil {
+		return err
+	}
+	all = slices.DeleteFunc(all, func(x backend.Snapshot) bool { return x.Name == taken.Name || slices.Contains(removed, x.Name) })
+	all = append(all, taken)
+	snapshots.Sort(all)
+	data, err := json.Marshal(all)
+	if err != nil {
+		return err
+	}
+	cm := &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: s.backupSpec().meta(namesFor(s.Namespace).catalog, ComponentSnapshot),
+		Data: map[string]string{catalogKey: string(data)}}
+	return h.apply(ctx, cm)
+}
+
+// CheckRestore: the hosted backend does not restore yet.
+func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (backend.Snapshot, error) {
+	return backend.Snapshot{}, snapshots.Refuse("the hosted backend does not restore snapshots yet; the snapshot files are on claim %s/%s",
+		BackupNamespace, namesFor(NamespaceFor(cl.UID)).claim)
+}
+
+// Restore: see CheckRestore.
+func (b *Backend) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error {
+	_, err := b.CheckRestore(ctx, cl, name)
+	return err
+}
+
+// BackupNamespaceObject is BackupNamespace (restricted Pod Security Standard).
+func (s *Spec) BackupNamespaceObject() *corev1.Namespace {
+	m := metav1.ObjectMeta{Name: BackupNamespace, Labels: map[string]string{LabelManagedBy: ManagedBy, "pod-security.kubernetes.io/enforce": "restricted"}}
+	return &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: m}
+}
+
+// BackupNetworkPolicy lets nothing into BackupNamespace's pods, and its snapshot Jobs out only to
+// the control planes' etcd client port and DNS.
+func (s *Spec) BackupNetworkPolicy() *networkingv1.NetworkPolicy {
+	etcds := networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManagedBy: ManagedBy}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{LabelManagedBy: ManagedBy, LabelComponent: ComponentEtcd}},
+	}
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
+		ObjectMeta: metav1.ObjectMeta{Name: "snapshots", Namespace: BackupNamespace, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: []networkingv1.NetworkPolicyPeer{etcds}, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)}},
+				dnsEgress(),
+			},
+		},
+	}
+}
+
+// SnapshotClaim is the claim of the snapshots of the control plane in namespace ns: of its
+// etcd's storage class, four times its etcd's claim.
+func (s *Spec) SnapshotClaim(ns string) *corev1.PersistentVolumeClaim {
+	size := s.StorageSize
+	if size.IsZero() {
+		size = DefaultStorageSize
+	}
+	size = *resource.NewQuantity(size.Value()*4, resource.BinarySI)
+	return &corev1.PersistentVolumeClaim{
+		TypeMeta:   typeMeta("v1", "PersistentVolumeClaim"),
+		ObjectMeta: s.meta(namesFor(ns).claim, ComponentSnapshot),
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(s.StorageClassName),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+		},
+	}
+}
+
+// SnapshotJob is the Job that takes a snapshot of the etcd, of Kubernetes version, in namespace ns
+// onto its claim and keeps the newest keep.
+func (s *Spec) SnapshotJob(ns, version string, keep int) *batchv1.Job {
+	names := namesFor(ns)
+	const pki = "/etc/etcd/pki"
+	pod := s.podSpec(ComponentSnapshot, []corev1.Container{{
+		Name:    ComponentSnapshot,
+		Image:   s.Image,
+		Command: []string{binDir + "etcd-snapshot"},
+		Args: []string{"save", "--dir=" + snapshotsMount, "--cluster=" + string(s.Cluster.UID), "--keep=" + strconv.Itoa(keep), "--version=" + version, "--",
+			fmt.Sprintf("--endpoints=https://%s.%s.svc:%d", NameEtcd, ns, portEtcd),
+			"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "snapshots", MountPath: snapshotsMount},
+			{Name: "pki", MountPath: pki, ReadOnly: true},
+		},
+	}})
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Volumes = append(pod.Volumes,
+		corev1.Volume{Name: "snapshots", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: names.claim}}},
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.secret, DefaultMode: ptr.To[int32](0o440)}}})
+	return &batchv1.Job{
+		TypeMeta:   typeMeta("batch/v1", "Job"),
+		ObjectMeta: s.meta(names.job, ComponentSnapshot),
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(snapshotDeadline.Seconds())),
+			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentSnapshot), Spec: pod},
+		},
+	}
+}

@@ -1,0 +1,284 @@
+// Command etcd-snapshot is the hosted backend's snapshot tool, in the control-plane image beside
+// etcdctl and etcdutl (the image has no shell). The backend runs it in Jobs and init containers:
+//
+//	etcd-snapshot save --dir D --cluster UID --version V --keep N -- ETCDCTL-CONNECTION-FLAGS...
+//	    takes a snapshot into D/UID/ (backend/snapshots: etcdctl, checked with etcdutl, SHA-256
+//	    recorded), removes all but the newest N, and writes what it did as JSON to --result
+//	    (the container's termination message, which the backend reads).
+//	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
+//	    checks snapshot NAME of UID and serves its file once over HTTPS to a client that shows the
+//	    token (GET /snapshot), then exits; a refusal is written to --result.
+//	etcd-snapshot restore --url URL --token-file F --ca CA --sha256 S --data-dir DIR
+//	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P
+//	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl) into DIR for
+//	    member MEMBER; nothing to do when DIR exists (a restore already made).
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
+)
+
+// Result is what save and serve write to --result.
+type Result struct {
+	// Snapshot is the snapshot taken (save) or served (serve).
+	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
+	// Removed are the snapshots save removed (all but the newest --keep).
+	Removed []string `json:"removed,omitempty"`
+	// Error says why it failed.
+	Error string `json:"error,omitempty"`
+	// Refused: the snapshot cannot be restored (serve).
+	Refused bool `json:"refused,omitempty"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore [flags]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "save":
+		err = save(ctx, os.Args[2:])
+	case "serve":
+		err = serve(ctx, os.Args[2:])
+	case "restore":
+		err = restore(ctx, os.Args[2:])
+	default:
+		err = fmt.Errorf("unknown command %q: save, serve or restore", os.Args[1])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "etcd-snapshot:", err)
+		os.Exit(1)
+	}
+}
+
+// store is the snapshots in dir, with the etcd tools beside this command in the image (or in
+// $ETCD_TOOLS).
+func store(dir string) snapshots.Store {
+	bin := os.Getenv("ETCD_TOOLS")
+	if exe, err := os.Executable(); err == nil && bin == "" {
+		bin = filepath.Dir(exe)
+	}
+	return snapshots.Store{Dir: dir, Etcdctl: filepath.Join(bin, "etcdctl"), Etcdutl: filepath.Join(bin, "etcdutl")}
+}
+
+// writeResult writes r as JSON to file (and stdout), and returns err.
+func writeResult(file string, r Result, err error) error {
+	if err != nil {
+		r.Error = err.Error()
+	}
+	data, _ := json.Marshal(r)
+	fmt.Println(string(data))
+	if file != "" {
+		if werr := os.WriteFile(file, data, 0o600); werr != nil && err == nil {
+			return werr
+		}
+	}
+	return err
+}
+
+func save(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("save", flag.ExitOnError)
+	dir := fs.String("dir", "/snapshots", "the snapshots' folder")
+	cluster := fs.String("cluster", "", "the Cluster's UID")
+	version := fs.String("version", "", "the Kubernetes version the cluster runs")
+	keep := fs.Int("keep", 24, "how many snapshots of the cluster to keep")
+	result := fs.String("result", "/dev/termination-log", "where to write the result")
+	_ = fs.Parse(args)
+	if *cluster == "" {
+		return writeResult(*result, Result{}, errors.New("--cluster is required"))
+	}
+	s := store(*dir)
+	snap, err := s.Take(ctx, types.UID(*cluster), *version, *dir, fs.Args()...)
+	if err != nil {
+		return writeResult(*result, Result{}, err)
+	}
+	removed, err := s.Prune(snap.Cluster, *keep)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "removing old snapshots:", err) // they stay until the next one
+	}
+	return writeResult(*result, Result{Snapshot: &snap, Removed: removed}, nil)
+}
+
+func serve(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	dir := fs.String("dir", "/snapshots", "the snapshots' folder")
+	cluster := fs.String("cluster", "", "the UID of the Cluster the snapshot is of")
+	name := fs.String("name", "", "the snapshot's name")
+	listen := fs.String("listen", ":8443", "the address to serve on")
+	tokenFile := fs.String("token-file", "", "the file with the token a client must show")
+	cert := fs.String("tls-cert", "", "the serving certificate")
+	key := fs.String("tls-key", "", "its key")
+	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the client")
+	result := fs.String("result", "/dev/termination-log", "where to write the result")
+	_ = fs.Parse(args)
+	s := store(*dir)
+	snap, err := s.Check(ctx, types.UID(*cluster), *name)
+	if err != nil {
+		return writeResult(*result, Result{Refused: backend.IsReason(err, backend.ReasonRestoreRefused)}, err)
+	}
+	token, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return writeResult(*result, Result{}, err)
+	}
+	token = []byte(strings.TrimSpace(string(token)))
+	served := make(chan error, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /snapshot", func(w http.ResponseWriter, r *http.Request) {
+		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if len(token) == 0 || subtle.ConstantTimeCompare([]byte(got), token) != 1 {
+			http.Error(w, "a token is needed", http.StatusUnauthorized)
+			return
+		}
+		f, err := os.Open(s.File(snap.Cluster, snap.Name))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("X-Snapshot-SHA256", snap.SHA256)
+		_, err = io.Copy(w, f)
+		select {
+		case served <- err:
+		default:
+		}
+	})
+	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	go func() {
+		if err := srv.ListenAndServeTLS(*cert, *key); !errors.Is(err, http.ErrServerClosed) {
+			served <- err
+		}
+	}()
+	fmt.Printf("serving snapshot %s of %s on %s\n", snap.Name, snap.Cluster, *listen)
+	select {
+	case err = <-served:
+	case <-time.After(*timeout):
+		err = fmt.Errorf("no client fetched the snapshot in %s", *timeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut)
+	return writeResult(*result, Result{Snapshot: &snap}, err)
+}
+
+func restore(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("restore", flag.ExitOnError)
+	url := fs.String("url", "", "the serve's URL of the snapshot")
+	tokenFile := fs.String("token-file", "", "the file with the token to show")
+	caFile := fs.String("ca", "", "the CA of the serve's certificate")
+	sum := fs.String("sha256", "", "the snapshot's SHA-256")
+	dataDir := fs.String("data-dir", "", "the etcd data folder to make")
+	name := fs.String("name", "", "the etcd member's name")
+	initial := fs.String("initial-cluster", "", "etcd's --initial-cluster")
+	peers := fs.String("initial-advertise-peer-urls", "", "the member's peer URLs")
+	_ = fs.Parse(args)
+	if _, err := os.Stat(*dataDir); err == nil {
+		fmt.Printf("%s exists: restored already\n", *dataDir)
+		return nil
+	}
+	token, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(*caFile)
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("%s holds no certificate", *caFile)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	file := *dataDir + ".snapshot"
+	defer os.Remove(file)
+	// The serve may not answer yet (its pod starting): try for a while.
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		err = fetch(ctx, hc, *url, strings.TrimSpace(string(token)), file)
+		var refused refusedError
+		if err == nil || errors.As(err, &refused) || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintln(os.Stderr, "fetching the snapshot:", err, "(trying again)")
+		time.Sleep(2 * time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("fetching the snapshot from %s: %w", *url, err)
+	}
+	got, _, err := snapshots.SHA256(file)
+	if err != nil {
+		return err
+	}
+	if got != *sum {
+		return fmt.Errorf("the snapshot fetched has SHA-256 %s, not %s: not restored", got, *sum)
+	}
+	if err := store("").Restore(ctx, file, *dataDir, *name, *initial, *peers); err != nil {
+		return err
+	}
+	fmt.Printf("restored the snapshot into %s\n", *dataDir)
+	return nil
+}
+
+// refusedError is an answer of the serve that asking again does not change.
+type refusedError struct{ error }
+
+// fetch GETs url with the token into file.
+func fetch(ctx context.Context, hc *http.Client, url, token, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		err := fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode < 500 {
+			return refusedError{err} // asking again changes nothing
+		}
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
