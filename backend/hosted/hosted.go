@@ -794,20 +794,13 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 	if err != nil || h == nil {
 		return false, err
 	}
-	if !found {
-		b.forget(cl)
-		return true, nil
-	}
 	name := NamespaceFor(cl.UID)
+	if !found {
+		return b.gone(ctx, h, cl)
+	}
 	ns := &corev1.Namespace{}
 	if err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
-		// The snapshots stay (they outlive the Cluster); the credential of its snapshot Jobs goes.
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(name).secret}}
-		if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("deleting Secret %s/%s: %w", BackupNamespace, sec.Name, err)
-		}
-		b.forget(cl)
-		return true, nil
+		return b.gone(ctx, h, cl)
 	} else if err != nil {
 		return false, err
 	}
@@ -818,6 +811,17 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 		}
 	}
 	return false, nil
+}
+
+// gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
+// outlive the Cluster), the credential of its snapshot Jobs goes.
+func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
+	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(NamespaceFor(cl.UID)).secret}}
+	if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
+		return false, fmt.Errorf("deleting Secret %s/%s: %w", BackupNamespace, sec.Name, err)
+	}
+	b.forget(cl)
+	return true, nil
 }
 
 func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {

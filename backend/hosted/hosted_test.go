@@ -923,6 +923,18 @@ func TestSnapshotJobs(t *testing.T) {
 	list, err = h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
 	assert.Equal(t, []backend.Snapshot{second}, list, "a failure changes no list")
+
+	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was):
+	// Delete removes its snapshot credential; the snapshots of every Cluster stay.
+	ghost := newCluster("ghost")
+	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(NamespaceFor(ghost.UID)).secret}}
+	require.NoError(t, env.Client.Create(ctx, cred))
+	gone, err := h.b.Delete(ctx, ghost)
+	require.NoError(t, err)
+	assert.True(t, gone)
+	err = env.Client.Get(ctx, client.ObjectKeyFromObject(cred), &corev1.Secret{})
+	assert.True(t, apierrors.IsNotFound(err), "the credential goes with its Cluster: %v", err)
+	get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
 }
 
 // forceGone removes a Job envtest keeps (no garbage collector) so that the next can be made.

@@ -103,6 +103,8 @@ func TestHostedBackupOnKind(t *testing.T) {
 	gone = true
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: names}, &corev1.ConfigMap{}), "the list stays")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: names}, &corev1.PersistentVolumeClaim{}), "the claim stays")
-	err = c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: "etcd-client-" + hosted.NamespaceFor(cl.UID)}, &corev1.Secret{})
-	assert.True(t, apierrors.IsNotFound(err), "the snapshot Jobs' etcd certificate goes with the Cluster: %v", err)
+	require.Eventually(t, func() bool {
+		err := c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: "etcd-client-" + hosted.NamespaceFor(cl.UID)}, &corev1.Secret{})
+		return apierrors.IsNotFound(err)
+	}, time.Minute, poll, "the snapshot Jobs' etcd certificate goes with the Cluster")
 }
