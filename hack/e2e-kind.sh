@@ -32,7 +32,9 @@
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
 #      deleted together, then a worker drained, under a polling client without a failed request)
 #      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
-#      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster);
+#      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster) and
+#      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, and a
+#      new Cluster made from it);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -209,7 +211,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind)$' -count=1 -v -timeout 55m
+  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

@@ -38,8 +38,13 @@ const (
 	// BackupNamespace holds every hosted control plane's snapshots in a host cluster. Whoever reads
 	// its claims or Secrets reads every Secret of those clusters.
 	BackupNamespace = "cluster-provider-backups"
-	// ComponentSnapshot labels the snapshot Jobs' pods (the etcd NetworkPolicy lets them in).
+	// ComponentSnapshot labels the snapshot Jobs' pods (the etcd NetworkPolicy lets them in),
+	// ComponentServe the pods that serve a snapshot to a restore (labelled with the Cluster
+	// restored).
 	ComponentSnapshot = "etcd-snapshot"
+	ComponentServe    = "etcd-snapshot-serve"
+	// portServe is the serve's HTTPS port.
+	portServe = 8443
 	// catalogKey is the list of a Cluster's snapshots (JSON, newest first) in its ConfigMap.
 	catalogKey     = "snapshots.json"
 	snapshotsMount = "/snapshots"
@@ -270,26 +275,14 @@ func updateCatalog(ctx context.Context, h *host, s *Spec, taken backend.Snapshot
 	return h.apply(ctx, cm)
 }
 
-// CheckRestore: the hosted backend does not restore yet.
-func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (backend.Snapshot, error) {
-	return backend.Snapshot{}, snapshots.Refuse("the hosted backend does not restore snapshots yet; the snapshot files are on claim %s/%s",
-		BackupNamespace, namesFor(NamespaceFor(cl.UID)).claim)
-}
-
-// Restore: see CheckRestore.
-func (b *Backend) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error {
-	_, err := b.CheckRestore(ctx, cl, name)
-	return err
-}
-
 // BackupNamespaceObject is BackupNamespace (restricted Pod Security Standard).
 func (s *Spec) BackupNamespaceObject() *corev1.Namespace {
 	m := metav1.ObjectMeta{Name: BackupNamespace, Labels: map[string]string{LabelManagedBy: ManagedBy, "pod-security.kubernetes.io/enforce": "restricted"}}
 	return &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: m}
 }
 
-// BackupNetworkPolicy lets nothing into BackupNamespace's pods, and its snapshot Jobs out only to
-// the control planes' etcd client port and DNS.
+// BackupNetworkPolicy lets only etcd pods into BackupNamespace's pods (the serves' port), and
+// its pods out only to the control planes' etcd client port and DNS.
 func (s *Spec) BackupNetworkPolicy() *networkingv1.NetworkPolicy {
 	etcds := networkingv1.NetworkPolicyPeer{
 		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelManagedBy: ManagedBy}},
@@ -301,6 +294,11 @@ func (s *Spec) BackupNetworkPolicy() *networkingv1.NetworkPolicy {
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			// The serves, from etcd pods (each serve's token says which Cluster may fetch).
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{etcds},
+				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portServe)},
+			}},
 			Egress: []networkingv1.NetworkPolicyEgressRule{
 				{To: []networkingv1.NetworkPolicyPeer{etcds}, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)}},
 				dnsEgress(),

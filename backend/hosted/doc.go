@@ -12,9 +12,13 @@
 //     nears its end (checked at every reconcile; the reconcile comes back when the first is due),
 //     or (serving) lacks a host;
 //   - etcd: a 1-replica StatefulSet, TLS with client certificates of its own CA, data on a claim
-//     of spec.hosted.storageClassName (an emptyDir without one: lost with the pod);
+//     of spec.hosted.storageClassName (an emptyDir without one: lost with the pod); highly
+//     available (spec.hosted.highAvailability, recorded): three members, TLS between them on the
+//     headless Service etcd-peer, one per node, a PodDisruptionBudget, PriorityClass
+//     cluster-provider-control-plane;
 //   - kube-apiserver (a sidecar, so that it starts first) and kube-controller-manager (leader
-//     elected) in a Deployment rolled out blue/green (maxSurge 100 %, maxUnavailable 0);
+//     elected) in a Deployment rolled out blue/green (maxSurge 100 %, maxUnavailable 0); two of
+//     them, one per node, when highly available;
 //   - Services apiserver (ClusterIP: apiserver-internal, what the operator uses in the host) and
 //     apiserver-external (NodePort on spec.hosted.externalHost or the first node's address, or
 //     LoadBalancer), and etcd;
@@ -23,7 +27,12 @@
 //     ProviderConfig allows private issuers);
 //   - the ConfigMap with the structured authentication configuration, which the API server reloads;
 //     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once;
-//   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with.
+//   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with, and
+//     a restore under way.
+//
+// Snapshots (backup.go) are Jobs of the control plane's own image (cmd/etcd-snapshot) in the host's
+// namespace cluster-provider-backups, onto a claim per Cluster that outlives it; restores
+// (restore.go) serve a snapshot from there to an init container of etcd's pods.
 //
 // The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
 // when missing or when their inputs (image, resources, storage, service range) change

@@ -236,6 +236,11 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		if settings.Seed != nil {
 			ps.Seed, ps.SeedKey = settings.Seed.SecretName, settings.Seed.Key
 		}
+		if !found {
+			if err := restoreFrom(ctx, h, cl, &ps); err != nil {
+				return backend.State{}, err // refused: nothing made
+			}
+		}
 	}
 	version, change, err := backend.Resolve(ps.Version, want)
 	if err != nil {
@@ -266,7 +271,8 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
-		HighAvailability: s.HighAvailability}
+		HighAvailability: s.HighAvailability, EtcdDataDir: ps.EtcdDataDir, EtcdRestoredFrom: ps.EtcdRestoredFrom, RestoredMark: ps.RestoredMark,
+		Restore: ps.Restore, Restored: ps.Restored}
 
 	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
 		return backend.State{}, err
@@ -302,11 +308,21 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	backend.RecordCertificates(backend.RefOf(cl), p.NotAfter)
 	s.Certificates = p.Checksum
+	// A restore under way goes on by a step where it can (restore.go); the workloads follow.
+	restoring, err := b.advanceRestore(ctx, h, cl, s, &ps)
+	if err != nil {
+		return backend.State{}, err
+	}
+	s.restoreSpec(ps)
+	if err := writeRecord(ctx, h, s, ps); err != nil {
+		return backend.State{}, err
+	}
 	cfg := adminConfig(h, s.Namespace, external, p)
 	b.mu.Lock()
 	b.admin[cl.UID] = cfg
 	b.mu.Unlock()
-	turn := func() bool { return b.takeTurn(cl.UID) }
+	// A restore rolls at once: it is not one of a fleet's changes.
+	turn := func() bool { return ps.Restore != nil || b.takeTurn(cl.UID) }
 	etcdOut, err := h.applyWorkload(ctx, s.EtcdStatefulSet(), turn)
 	if err != nil {
 		return backend.State{}, err
@@ -334,6 +350,12 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		st.RetryAfter = min(nonZero(st.RetryAfter, time.Hour), rollRetry)
 	}
 	st.Runs = ps.Version
+	st.Restored = ps.Restored
+	if restoring != "" {
+		st.Ready, st.Reason, st.Message = false, backend.ReasonRestoring, restoring
+		st.ControllerManager = &backend.Part{Reason: backend.ReasonRestoring, Message: restoring}
+		st.RetryAfter = min(nonZero(st.RetryAfter, time.Hour), 3*time.Second)
+	}
 	if renew := max(time.Until(p.RenewAt), time.Second); st.RetryAfter == 0 || renew < st.RetryAfter {
 		st.RetryAfter = renew // back in time to renew the first certificate due
 	}
@@ -538,6 +560,7 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		}
 		s.Image = image
 	}
+	s.restoreSpec(ps)
 	return s, nil
 }
 

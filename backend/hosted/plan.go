@@ -49,6 +49,8 @@ const (
 	// backend applies a workload only when it is missing or its inputs changed, so a new operator
 	// version whose plan differs never rolls a running control plane.
 	AnnotationInputs = "hosted.clusters.openmcp.cloud/inputs"
+	// AnnotationRestored on the API server's pod template is Spec.RestoredMark.
+	AnnotationRestored = "hosted.clusters.openmcp.cloud/restored"
 	// AnnotationAuthn on the API server's pods is the hash of the authentication configuration
 	// they should have: setting it makes the kubelet sync the pod, and so its mounted ConfigMap,
 	// at once instead of within its sync period (a minute or more).
@@ -128,10 +130,27 @@ type Spec struct {
 	// controller managers), each on its own node, with PodDisruptionBudgets and
 	// PriorityClassControlPlane. It needs StorageClassName. Without it: one of each.
 	HighAvailability bool
+	// EtcdDataDir is etcd's data folder on its volume: "" for "data", or the folder a restore made.
+	EtcdDataDir string
+	// EtcdRestore, when set, makes each etcd pod restore the snapshot into EtcdDataDir before etcd
+	// starts (an init container that does nothing once the folder exists).
+	EtcdRestore *RestoreSource
+	// Restoring lets etcd's pods reach the snapshot serves of BackupNamespace (NetworkPolicy).
+	Restoring bool
+	// RestoredMark on the API server's pod template rolls the API servers after a restore: their
+	// watches and caches start anew on the restored data.
+	RestoredMark string
 	// Certificates is the checksum of the leaf certificates the API server's pod mounts
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
 	Certificates string
+}
+
+// RestoreSource is where etcd's pods fetch the snapshot they restore: a serve of BackupNamespace
+// (backup.go) and the snapshot's SHA-256.
+type RestoreSource struct {
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
 }
 
 // ClusterRef names a Cluster resource.
@@ -479,6 +498,19 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 		np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: members, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdPeer)}})
 		np.Spec.Egress = []networkingv1.NetworkPolicyEgressRule{{To: members, Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdPeer)}}, dnsEgress()}
 	}
+	if s.Restoring {
+		// While a restore runs: the snapshot serve of this Cluster, and DNS for its name.
+		np.Spec.Egress = append(np.Spec.Egress, networkingv1.NetworkPolicyEgressRule{
+			To: []networkingv1.NetworkPolicyPeer{{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: BackupNamespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: s.selector(ComponentServe)},
+			}},
+			Ports: []networkingv1.NetworkPolicyPort{tcpPort(portServe)},
+		})
+		if !s.HighAvailability {
+			np.Spec.Egress = append(np.Spec.Egress, dnsEgress())
+		}
+	}
 	return np
 }
 
@@ -556,10 +588,10 @@ func tcpPort(p int32) networkingv1.NetworkPolicyPort {
 // (a member is ready only once a quorum runs), each on its own node.
 func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	m := s.meta(NameEtcd, ComponentEtcd)
-	args := etcdArgs(s.Namespace, s.etcdQuota())
+	args := etcdArgs(s.Namespace, s.etcdQuota(), s.dataDir())
 	env := goEnv(containerEtcd)
 	if s.HighAvailability {
-		args = etcdHAArgs(s.Namespace, s.etcdQuota())
+		args = etcdHAArgs(s.Namespace, s.etcdQuota(), s.dataDir())
 		env = append(env, corev1.EnvVar{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}})
 	}
 	pod := s.podSpec(ComponentEtcd, []corev1.Container{{
@@ -604,6 +636,9 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	if s.HighAvailability {
 		sts.Spec.ServiceName = NameEtcdPeer
 		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	}
+	if s.EtcdRestore != nil {
+		s.restoreInit(&sts.Spec.Template.Spec, env)
 	}
 	if s.StorageClassName == "" {
 		sts.Spec.Template.Spec.Volumes = append(sts.Spec.Template.Spec.Volumes, corev1.Volume{Name: "data",
@@ -656,11 +691,11 @@ func (s *Spec) etcdQuota() int64 {
 // etcdArgs are etcd's flags: one member, TLS with client certificates of its own CA on the client
 // port (the API server's is the only one issued), the peer port on the pod's loopback, plain
 // /health on portEtcdHTTP for the kubelet's probes.
-func etcdArgs(namespace string, quota int64) []string {
+func etcdArgs(namespace string, quota int64, dataDir string) []string {
 	peer := fmt.Sprintf("http://127.0.0.1:%d", portEtcdPeer)
 	return []string{
 		"--name=default",
-		"--data-dir=" + etcdDataDir + "/data",
+		"--data-dir=" + dataDir,
 		fmt.Sprintf("--listen-client-urls=https://0.0.0.0:%d", portEtcd),
 		fmt.Sprintf("--advertise-client-urls=https://%s.%s.svc:%d", NameEtcd, namespace, portEtcd),
 		"--listen-peer-urls=" + peer,
@@ -678,11 +713,58 @@ func etcdArgs(namespace string, quota int64) []string {
 	}
 }
 
+// dataDir is etcd's --data-dir.
+func (s *Spec) dataDir() string {
+	if s.EtcdDataDir == "" {
+		return etcdDataDir + "/data"
+	}
+	return etcdDataDir + "/" + s.EtcdDataDir
+}
+
+// SecretRestoreToken is the Secret, in a control plane's namespace, with the token its etcd pods
+// show a snapshot serve (optional in the pods: gone after the restore, when the init container has
+// nothing to do).
+const SecretRestoreToken = "restore-token"
+
+// restoreInit adds to etcd's pod the init container that restores s.EtcdRestore into its data
+// folder, as the member it is (env: its name), before etcd starts: cmd/etcd-snapshot restore,
+// which does nothing once the folder exists.
+func (s *Spec) restoreInit(pod *corev1.PodSpec, env []corev1.EnvVar) {
+	name, peers, initial := "default", fmt.Sprintf("http://127.0.0.1:%d", portEtcdPeer), fmt.Sprintf("default=http://127.0.0.1:%d", portEtcdPeer)
+	if s.HighAvailability {
+		f := map[string]string{}
+		for _, a := range etcdHAArgs(s.Namespace, 0, "") {
+			k, v, _ := strings.Cut(a, "=")
+			f[k] = v
+		}
+		name, peers, initial = f["--name"], f["--initial-advertise-peer-urls"], f["--initial-cluster"]
+	}
+	const tokenMount = "/etc/etcd/restore"
+	c := corev1.Container{
+		Name:    "restore",
+		Image:   s.Image,
+		Command: []string{binDir + "etcd-snapshot"},
+		Args: []string{"restore", "--url=" + s.EtcdRestore.URL, "--sha256=" + s.EtcdRestore.SHA256, "--token-file=" + tokenMount + "/token",
+			"--ca=" + etcdPKIMount + "/ca.crt", "--data-dir=" + s.dataDir(), "--name=" + name, "--initial-cluster=" + initial, "--initial-advertise-peer-urls=" + peers},
+		Env:       env,
+		Resources: s.Etcd,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "data", MountPath: etcdDataDir},
+			{Name: "pki", MountPath: etcdPKIMount, ReadOnly: true},
+			{Name: "restore", MountPath: tokenMount, ReadOnly: true},
+		},
+	}
+	harden(&c)
+	pod.InitContainers = append(pod.InitContainers, c)
+	pod.Volumes = append(pod.Volumes, corev1.Volume{Name: "restore", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: SecretRestoreToken, Optional: ptr.To(true), DefaultMode: ptr.To[int32](0o440)}}})
+}
+
 // etcdHAArgs are the flags of a member of a highly available etcd: those of etcdArgs with the
 // member's name (its pod's), its DNS name on the client and peer ports, the three members of the
 // initial cluster, and TLS between the members (certificates of etcd's CA, peers only with the
 // peer certificate's name).
-func etcdHAArgs(namespace string, quota int64) []string {
+func etcdHAArgs(namespace string, quota int64, dataDir string) []string {
 	self := fmt.Sprintf("$(POD_NAME).%s.%s.svc", NameEtcdPeer, namespace)
 	initial := make([]string, haEtcdMembers)
 	for i := range initial {
@@ -696,7 +778,7 @@ func etcdHAArgs(namespace string, quota int64) []string {
 		"--initial-cluster":             strings.Join(initial, ","),
 	}
 	var args []string
-	for _, a := range etcdArgs(namespace, quota) {
+	for _, a := range etcdArgs(namespace, quota, dataDir) {
 		name, _, _ := strings.Cut(a, "=")
 		if v, ok := ha[name]; ok {
 			a = name + "=" + v
@@ -788,6 +870,9 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	if s.Certificates != "" {
 		podMeta.Annotations[AnnotationCertificates] = s.Certificates
 	}
+	if s.RestoredMark != "" {
+		podMeta.Annotations[AnnotationRestored] = s.RestoredMark
+	}
 	return stamp(&appsv1.Deployment{
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
@@ -857,13 +942,7 @@ func controllerManagerArgs(serviceCIDR string) []string {
 // spread over nodes away from other control planes' pods of the same component.
 func (s *Spec) podSpec(component string, containers []corev1.Container) corev1.PodSpec {
 	for i := range containers {
-		containers[i].ImagePullPolicy = corev1.PullIfNotPresent
-		containers[i].TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
-		containers[i].SecurityContext = &corev1.SecurityContext{
-			AllowPrivilegeEscalation: ptr.To(false),
-			ReadOnlyRootFilesystem:   ptr.To(true),
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		}
+		harden(&containers[i])
 	}
 	spec := corev1.PodSpec{
 		Containers:                   containers,
@@ -904,6 +983,18 @@ func (s *Spec) podSpec(component string, containers []corev1.Container) corev1.P
 		spec.PriorityClassName = PriorityClassControlPlane
 	}
 	return spec
+}
+
+// harden makes c meet the restricted Pod Security Standard: non-root, read-only root, no
+// capabilities, no privilege escalation.
+func harden(c *corev1.Container) {
+	c.ImagePullPolicy = corev1.PullIfNotPresent
+	c.TerminationMessagePolicy = corev1.TerminationMessageFallbackToLogsOnError
+	c.SecurityContext = &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
 }
 
 // goEnv sets a container's Go memory limit to 90 % of its memory limit... as the kubelet gives it:

@@ -462,3 +462,58 @@ func TestHighAvailabilityPlan(t *testing.T) {
 	assert.Len(t, single.Objects(), 6, "no budget, no peer Service")
 	assert.Equal(t, "https://etcd."+ns+".svc:2379", flags(t, container(t, single.APIServerDeployment().Spec.Template.Spec, containerAPIServer).Args)["--etcd-servers"])
 }
+
+// TestRestorePlan: a restored etcd runs the folder the restore made, after an init container that
+// restores the snapshot there as the member it is (and does nothing once it exists), with the
+// token from an optional Secret (gone after the restore); while a restore runs etcd may reach the
+// serve; the API servers carry the restore's mark. Nothing of it without a restore.
+func TestRestorePlan(t *testing.T) {
+	for _, ha := range []bool{false, true} {
+		s := testSpec()
+		s.StorageClassName, s.HighAvailability = "fast", ha
+		plain := s.EtcdStatefulSet()
+		assert.Empty(t, plain.Spec.Template.Spec.InitContainers)
+		assert.Equal(t, "/var/lib/etcd/data", flags(t, container(t, plain.Spec.Template.Spec, containerEtcd).Args)["--data-dir"])
+
+		s.EtcdDataDir = "restored-20261126T010000Z"
+		s.EtcdRestore = &RestoreSource{URL: serveURL(s.Namespace), SHA256: "ab"}
+		s.Restoring, s.RestoredMark = true, "restored-20261126T010000Z"
+		sts := s.EtcdStatefulSet()
+		require.Len(t, sts.Spec.Template.Spec.InitContainers, 1)
+		init := sts.Spec.Template.Spec.InitContainers[0]
+		f := flags(t, init.Args[1:])
+		assert.Equal(t, "restore", init.Args[0])
+		assert.Equal(t, "/var/lib/etcd/restored-20261126T010000Z", f["--data-dir"])
+		assert.Equal(t, f["--data-dir"], flags(t, container(t, sts.Spec.Template.Spec, containerEtcd).Args)["--data-dir"])
+		assert.Equal(t, "ab", f["--sha256"])
+		assert.Equal(t, "https://restore-"+s.Namespace+".cluster-provider-backups.svc:8443/snapshot", f["--url"])
+		assert.False(t, *init.SecurityContext.AllowPrivilegeEscalation)
+		etcdFlags := flags(t, container(t, sts.Spec.Template.Spec, containerEtcd).Args)
+		if ha {
+			assert.Equal(t, "$(POD_NAME)", f["--name"])
+			assert.Equal(t, etcdFlags["--initial-cluster"], f["--initial-cluster"], "the members as etcd knows them")
+			assert.Equal(t, etcdFlags["--initial-advertise-peer-urls"], f["--initial-advertise-peer-urls"])
+		} else {
+			assert.Equal(t, "default", f["--name"])
+			assert.Equal(t, etcdFlags["--initial-cluster"], f["--initial-cluster"])
+		}
+		var token *corev1.Volume
+		for i, v := range sts.Spec.Template.Spec.Volumes {
+			if v.Name == "restore" {
+				token = &sts.Spec.Template.Spec.Volumes[i]
+			}
+		}
+		require.NotNil(t, token)
+		assert.Equal(t, SecretRestoreToken, token.Secret.SecretName)
+		assert.True(t, *token.Secret.Optional, "a pod restarted after the restore starts without it")
+
+		np := s.EtcdNetworkPolicy()
+		last := np.Spec.Egress[len(np.Spec.Egress)-1]
+		if !ha {
+			last = np.Spec.Egress[0]
+		}
+		assert.Equal(t, intstr.FromInt32(portServe), *last.Ports[0].Port, "%+v", np.Spec.Egress)
+		assert.Equal(t, s.selector(ComponentServe), last.To[0].PodSelector.MatchLabels)
+		assert.Equal(t, "restored-20261126T010000Z", s.APIServerDeployment().Spec.Template.Annotations[AnnotationRestored])
+	}
+}

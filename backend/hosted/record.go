@@ -12,6 +12,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
 )
 
 // NameRecord is the ConfigMap, in a control plane's namespace, in which the backend records what
@@ -42,6 +43,15 @@ type providerStatus struct {
 	StorageSize      string `json:"storageSize,omitempty"`
 	// HighAvailability: three etcd members and two API servers (Spec.HighAvailability).
 	HighAvailability bool `json:"highAvailability,omitempty"`
+	// EtcdDataDir is etcd's data folder on its claims ("": "data"), EtcdRestoredFrom the snapshot
+	// a restore made it from, RestoredMark what the API servers' pods are marked with since the
+	// last restore (Spec.RestoredMark): kept after the restore, so that nothing rolls again.
+	EtcdDataDir      string         `json:"etcdDataDir,omitempty"`
+	EtcdRestoredFrom *RestoreSource `json:"etcdRestoredFrom,omitempty"`
+	RestoredMark     string         `json:"restoredMark,omitempty"`
+	// Restore is a restore under way (restore.go); Restored the last one, done or failed.
+	Restore  *restoreRun       `json:"restore,omitempty"`
+	Restored *backend.Restored `json:"restored,omitempty"`
 	// SeedKey is the key of the seed's kubeconfig in its Secret.
 	SeedKey string `json:"seedKey,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.

@@ -6,7 +6,7 @@
 //	    recorded), removes all but the newest N, and writes what it did as JSON to --result
 //	    (the container's termination message, which the backend reads).
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
-//	    checks snapshot NAME of UID and serves its file once over HTTPS to a client that shows the
+//	    checks snapshot NAME of UID and serves its file over HTTPS to --count clients that show the
 //	    token (GET /snapshot), then exits; a refusal is written to --result.
 //	etcd-snapshot restore --url URL --token-file F --ca CA --sha256 S --data-dir DIR
 //	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P
@@ -131,7 +131,8 @@ func serve(ctx context.Context, args []string) error {
 	tokenFile := fs.String("token-file", "", "the file with the token a client must show")
 	cert := fs.String("tls-cert", "", "the serving certificate")
 	key := fs.String("tls-key", "", "its key")
-	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the client")
+	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the clients")
+	count := fs.Int("count", 1, "how many clients fetch it (the members of an etcd) before it ends")
 	result := fs.String("result", "/dev/termination-log", "where to write the result")
 	_ = fs.Parse(args)
 	s := store(*dir)
@@ -144,7 +145,7 @@ func serve(ctx context.Context, args []string) error {
 		return writeResult(*result, Result{}, err)
 	}
 	token = []byte(strings.TrimSpace(string(token)))
-	served := make(chan error, 1)
+	served := make(chan error, *count+1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /snapshot", func(w http.ResponseWriter, r *http.Request) {
 		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -160,9 +161,12 @@ func serve(ctx context.Context, args []string) error {
 		defer f.Close()
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Header().Set("X-Snapshot-SHA256", snap.SHA256)
-		_, err = io.Copy(w, f)
+		if _, err := io.Copy(w, f); err != nil {
+			fmt.Fprintln(os.Stderr, "serving the snapshot:", err) // the client tries again
+			return
+		}
 		select {
-		case served <- err:
+		case served <- nil:
 		default:
 		}
 	})
@@ -174,12 +178,15 @@ func serve(ctx context.Context, args []string) error {
 		}
 	}()
 	fmt.Printf("serving snapshot %s of %s on %s\n", snap.Name, snap.Cluster, *listen)
-	select {
-	case err = <-served:
-	case <-time.After(*timeout):
-		err = fmt.Errorf("no client fetched the snapshot in %s", *timeout)
-	case <-ctx.Done():
-		err = ctx.Err()
+	deadline := time.After(*timeout)
+	for n := 0; n < *count && err == nil; n++ {
+		select {
+		case err = <-served:
+		case <-deadline:
+			err = fmt.Errorf("%d of %d clients fetched the snapshot in %s", n, *count, *timeout)
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
 	}
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

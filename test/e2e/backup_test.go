@@ -85,13 +85,13 @@ func TestLocalRestoreDrill(t *testing.T) {
 	// A snapshot that does not exist is refused; the annotation stays for the user to fix.
 	out, err = kubectl(t, platform, "-n", cl.Namespace, "annotate", "cluster", cl.Name, backend.AnnotationRestore+"=20990101T000000Z")
 	require.NoError(t, err, "%s", out)
-	refused := awaitCondition(t, cl, cluster.ConditionRestored, backend.ReasonRestoreRefused)
+	refused := awaitCondition(t, env.Client, cl, cluster.ConditionRestored, backend.ReasonRestoreRefused)
 	assert.Contains(t, refused.Message, `there is no snapshot "20990101T000000Z"`)
 	assert.Contains(t, refused.Message, asked.Name, "the message lists the snapshots there are")
 
 	out, err = kubectl(t, platform, "-n", cl.Namespace, "annotate", "--overwrite", "cluster", cl.Name, backend.AnnotationRestore+"="+asked.Name)
 	require.NoError(t, err, "%s", out)
-	done := awaitCondition(t, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
+	done := awaitCondition(t, env.Client, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
 	assert.Contains(t, done.Message, asked.Name)
 	back := waitReady(t, cl)
 	assert.Equal(t, endpoint, back.Status.APIServer, "the same endpoint")
@@ -156,16 +156,16 @@ func awaitBackups(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, n
 	return got
 }
 
-// awaitCondition waits until cl's condition has reason and returns it.
-func awaitCondition(t *testing.T, cl *clustersv1alpha1.Cluster, condType, reason string) metav1.Condition {
+// awaitCondition waits until cl's condition (read with c) has reason and returns it.
+func awaitCondition(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, condType, reason string) metav1.Condition {
 	t.Helper()
 	var got metav1.Condition
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		cur := &clustersv1alpha1.Cluster{}
-		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKeyFromObject(cl), cur))
+		require.NoError(ct, c.Get(t.Context(), client.ObjectKeyFromObject(cl), cur))
 		cond := meta.FindStatusCondition(cur.Status.Conditions, condType)
-		require.NotNil(c, cond, "condition %s", condType)
-		assert.Equal(c, reason, cond.Reason, "%s", cond.Message)
+		require.NotNil(ct, cond, "condition %s", condType)
+		assert.Equal(ct, reason, cond.Reason, "%s", cond.Message)
 		got = *cond
 	}, clusterReadyWithin, poll, "condition %s reason %s", condType, reason)
 	return got

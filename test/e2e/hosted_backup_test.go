@@ -19,6 +19,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 )
 
 // TestHostedBackupOnKind: snapshots of a hosted control plane on the kind platform (issue 32): the
@@ -43,8 +44,7 @@ func TestHostedBackupOnKind(t *testing.T) {
 			_ = c.Delete(context.Background(), cl)
 			hostedGone(t, c, cl.UID)
 		}
-		_ = c.DeleteAllOf(context.Background(), &corev1.PersistentVolumeClaim{}, client.InNamespace(hosted.BackupNamespace),
-			client.MatchingLabels{hosted.LabelClusterUID: string(cl.UID)})
+		dropSnapshots(c, cl)
 	})
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
@@ -107,4 +107,109 @@ func TestHostedBackupOnKind(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: "etcd-client-" + hosted.NamespaceFor(cl.UID)}, &corev1.Secret{})
 		return apierrors.IsNotFound(err)
 	}, time.Minute, poll, "the snapshot Jobs' etcd certificate goes with the Cluster")
+}
+
+// TestHostedRestoreDrill is the restore drill of a hosted control plane on the kind platform
+// (issue 32): data written, a snapshot on demand, more data; etcd's data destroyed (its claim and
+// pod deleted: the StatefulSet makes a new, empty one); a restore of a snapshot that does not
+// exist is refused; the restore (kubectl annotate) brings back what was written before the
+// snapshot and not after, on the same endpoint, and the kubeconfig issued before works again; a
+// new Cluster made from the snapshot has the data too.
+func TestHostedRestoreDrill(t *testing.T) {
+	c, kubeconfig, pc := hostedTarget(t)
+	ctx := context.Background()
+	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-restore-")
+	cl := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "restored"},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
+	}
+	require.NoError(t, c.Create(ctx, cl))
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), cl)
+		hostedGone(t, c, cl.UID)
+		dropSnapshots(c, cl)
+	})
+	ready := func(cl *clustersv1alpha1.Cluster) func(ct *assert.CollectT) {
+		return func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+			assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
+		}
+	}
+	require.EventuallyWithT(t, ready(cl), 5*time.Minute, poll, "Ready")
+	endpoint := cl.Status.APIServer
+	admin := hostedAdmin(t, c, cl)
+	write := func(name string) {
+		_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	write("before")
+	user := tokenClient(t, c, cl)
+
+	annotate := func(key, value string) {
+		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", ns, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	annotate(backend.AnnotationSnapshot, "now")
+	snap := awaitBackups(t, c, cl, 1)[0]
+	write("after")
+
+	// etcd's data destroyed: its claim and its pod deleted.
+	hns := hosted.NamespaceFor(cl.UID)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: hns, Name: "data-etcd-0"}}
+	require.NoError(t, c.Delete(ctx, claim))
+	require.NoError(t, c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: hns, Name: "etcd-0"}}))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := admin.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		require.NoError(ct, err, "the API answers again, on an empty etcd (which has not even namespace default)")
+		_, err = admin.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+		assert.True(ct, apierrors.IsNotFound(err), "the data is gone: %v", err)
+	}, 5*time.Minute, poll, "etcd's data destroyed")
+	_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+	require.Error(t, err, "the kubeconfig issued before does not work on the empty etcd (its ServiceAccount is gone)")
+
+	// A snapshot that does not exist is refused; nothing changes.
+	annotate(backend.AnnotationRestore, "20200101T000000Z")
+	cond := awaitCondition(t, c, cl, cluster.ConditionRestored, backend.ReasonRestoreRefused)
+	assert.Contains(t, cond.Message, "there is no snapshot")
+
+	start := time.Now()
+	annotate(backend.AnnotationRestore, snap.Name)
+	cond = awaitCondition(t, c, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
+	require.EventuallyWithT(t, ready(cl), 5*time.Minute, poll, "Ready after the restore")
+	took := time.Since(start)
+	t.Logf("FIGURE hosted restore in place of a %d-byte snapshot: Ready %.1f s after kubectl annotate; %s", snap.Size, took.Seconds(), cond.Message)
+	assert.Equal(t, endpoint, cl.Status.APIServer, "the same endpoint")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+		assert.NoError(ct, err, "written before the snapshot: back")
+		_, err = admin.CoreV1().ConfigMaps("default").Get(ctx, "after", metav1.GetOptions{})
+		assert.True(ct, apierrors.IsNotFound(err), "written after the snapshot: not there: %v", err)
+		_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
+		assert.NoError(ct, err, "the kubeconfig issued before the snapshot works again")
+	}, 2*time.Minute, poll, "the snapshot's data, through the same kubeconfigs")
+
+	// A new Cluster from the snapshot.
+	copyOf := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "copy", Annotations: map[string]string{backend.AnnotationRestoreFrom: string(cl.UID) + "/" + snap.Name}},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
+	}
+	start = time.Now()
+	require.NoError(t, c.Create(ctx, copyOf))
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), copyOf)
+		hostedGone(t, c, copyOf.UID)
+	})
+	require.EventuallyWithT(t, ready(copyOf), 5*time.Minute, poll, "the copy is Ready")
+	t.Logf("FIGURE hosted Cluster made from a snapshot: Ready %.1f s after it was created", time.Since(start).Seconds())
+	copyAdmin := hostedAdmin(t, c, copyOf)
+	_, err = copyAdmin.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+	require.NoError(t, err, "the copy has the snapshot's data")
+}
+
+// dropSnapshots deletes the snapshots of cl (they outlive it), for the test's own tidiness.
+func dropSnapshots(c client.Client, cl *clustersv1alpha1.Cluster) {
+	for _, obj := range []client.Object{&corev1.PersistentVolumeClaim{}, &corev1.ConfigMap{}} {
+		_ = c.DeleteAllOf(context.Background(), obj, client.InNamespace(hosted.BackupNamespace),
+			client.MatchingLabels{hosted.LabelClusterUID: string(cl.UID)})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -18,6 +19,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 )
@@ -28,7 +30,8 @@ import (
 // (1) while one etcd pod and one API server pod are deleted together, and (2) while a worker that
 // runs a member and an API server is drained (kubectl drain: evictions under the budgets; the
 // member, its volume on that node, waits there until the node is uncordoned). The data written
-// before is there after; figures of the windows and of the pods' memory.
+// before is there after; (3) a snapshot restored in place brings every member back to it. Figures
+// of the windows and of the pods' memory.
 func TestHostedHAOnKind(t *testing.T) {
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
@@ -44,6 +47,7 @@ func TestHostedHAOnKind(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), cl)
 		hostedGone(t, c, cl.UID)
+		dropSnapshots(c, cl)
 	})
 	ready := func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
@@ -197,6 +201,28 @@ func TestHostedHAOnKind(t *testing.T) {
 	assert.Equal(t, "before the drills", kept.Data["written"])
 	_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 	require.NoError(t, err, "the kubeconfig issued before the drills works")
+
+	// (3) A restore in place restores all three members together.
+	annotate := func(key, value string) {
+		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", ns, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	annotate(backend.AnnotationSnapshot, "now")
+	snap := awaitBackups(t, c, cl, 1)[0]
+	_, err = admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-the-snapshot"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	etcdPods, _ = placed(t)
+	start = time.Now()
+	annotate(backend.AnnotationRestore, snap.Name)
+	awaitCondition(t, c, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
+	healed(etcdPods...)
+	t.Logf("FIGURE hosted HA restore in place (three members): Ready %.1f s after kubectl annotate", time.Since(start).Seconds())
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{})
+		assert.NoError(ct, err, "before the snapshot: there")
+		_, err = admin.CoreV1().ConfigMaps("default").Get(ctx, "after-the-snapshot", metav1.GetOptions{})
+		assert.True(ct, apierrors.IsNotFound(err), "after the snapshot: gone: %v", err)
+	}, 2*time.Minute, poll, "the snapshot's data on every member")
 }
 
 // apiServerMessage is the message of cl's APIServerReady condition.

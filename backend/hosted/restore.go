@@ -1,0 +1,423 @@
+package hosted
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
+)
+
+// Restores of hosted control planes. A restore is recorded in the control plane's record
+// (restoreRun) and carried on by each Ensure, so that an operator that ends meanwhile (or a new
+// leader) finishes it:
+//
+//  1. serve: a Job of BackupNamespace (restore-hcp-…, cmd/etcd-snapshot serve) mounts the claim
+//     of the snapshot's Cluster, checks the snapshot (SHA-256 as recorded, etcdutl reads it) and
+//     serves it over HTTPS (a certificate of the restored control plane's etcd CA) to whoever
+//     shows a token made for this restore; a refusal ends the restore here, nothing changed;
+//  2. etcd: once the serve is ready, etcd's StatefulSet gets a new data folder (restored-<time>)
+//     and an init container that fetches the snapshot, checks its SHA-256 and restores it there
+//     (etcdutl), as the member it is; every etcd pod is replaced at once (a highly available etcd
+//     restores all its members together). The previous data folder stays on the claims;
+//  3. apiserver: the API servers roll (their watches and caches start anew on the restored data);
+//     once they serve, the restore is done: State.Restored reports it and the serve goes.
+//
+// A new Cluster with backend.AnnotationRestoreFrom starts the same way, at 2, from its first pod.
+
+// Phases of a restore.
+const (
+	restoreServe     = "serve"
+	restoreEtcd      = "etcd"
+	restoreAPIServer = "apiserver"
+)
+
+// restoreRun is a restore under way, in the record.
+type restoreRun struct {
+	Snapshot backend.Snapshot `json:"snapshot"`
+	// DataDir is the etcd data folder it makes; PreviousDataDir the one it replaces ("" for a new
+	// cluster).
+	DataDir         string    `json:"dataDir"`
+	PreviousDataDir string    `json:"previousDataDir,omitempty"`
+	Phase           string    `json:"phase"`
+	Started         time.Time `json:"started"`
+}
+
+// restoreTimeout bounds a restore: a serve that is not ready, or etcd that does not run the
+// restored data, by then fails it.
+const restoreTimeout = 15 * time.Minute
+
+// CheckRestore checks that snapshot name is one of cl's (its list in BackupNamespace) and fits the
+// version its control plane runs. The file itself is checked by the serve (step 1), before
+// anything changes.
+func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (backend.Snapshot, error) {
+	h, ps, found, err := b.locate(ctx, cl, nil)
+	switch {
+	case err != nil:
+		return backend.Snapshot{}, err
+	case h == nil || !found || ps.Version == "":
+		return backend.Snapshot{}, backend.Errorf(backend.ReasonBackupUnavailable, "the control plane of %s is not made yet", backend.RefOf(cl))
+	case ps.Restore != nil:
+		return backend.Snapshot{}, snapshots.Refuse("a restore of snapshot %s runs (step %s): wait until it ends", ps.Restore.Snapshot.Ref(), ps.Restore.Phase)
+	case ps.StorageClassName == "":
+		return backend.Snapshot{}, snapshots.Refuse("this control plane's etcd keeps its data on an emptyDir: it has no snapshots to restore")
+	}
+	snap, err := findSnapshot(ctx, h, cl.UID, name)
+	if err != nil {
+		return snap, err
+	}
+	return snap, snapshots.VersionFits(snap, ps.Version)
+}
+
+// findSnapshot finds snapshot name of the Cluster with uid in its list.
+func findSnapshot(ctx context.Context, h *host, uid types.UID, name string) (backend.Snapshot, error) {
+	if !backend.ValidSnapshotName(name) {
+		return backend.Snapshot{}, snapshots.Refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
+	}
+	all, err := readCatalog(ctx, h, NamespaceFor(uid))
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	var names []string
+	for _, s := range all {
+		if s.Name == name && s.Cluster == uid {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	have := "it has none"
+	if len(names) > 0 {
+		have = fmt.Sprintf("its snapshots: %v", names)
+	}
+	return backend.Snapshot{}, snapshots.Refuse("there is no snapshot %q of the Cluster with UID %s (%s)", name, uid, have)
+}
+
+// Restore checks snapshot name as CheckRestore does and records the restore; the next Ensure
+// carries it out.
+func (b *Backend) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error {
+	snap, err := b.CheckRestore(ctx, cl, name)
+	if err != nil {
+		return err
+	}
+	h, ps, _, err := b.locate(ctx, cl, nil)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	prev := ps.EtcdDataDir
+	if prev == "" {
+		prev = "data"
+	}
+	ps.Restore = &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), PreviousDataDir: prev, Phase: restoreServe, Started: now}
+	b.opts.Logger.Info("Restoring a hosted control plane from a snapshot", "cluster", backend.RefOf(cl).String(), "snapshot", snap.Ref())
+	return writeRecord(ctx, h, &Spec{Namespace: NamespaceFor(cl.UID), Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID}}, ps)
+}
+
+// restoreFrom starts the record of a new control plane made from the snapshot its Cluster's
+// backend.AnnotationRestoreFrom names; a reference that does not check is refused before
+// anything is made.
+func restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps *providerStatus) error {
+	ref, ok := cl.Annotations[backend.AnnotationRestoreFrom]
+	if !ok {
+		return nil
+	}
+	uid, name, err := backend.ParseSnapshotRef(ref)
+	if err != nil {
+		return snapshots.Refuse("%v", err)
+	}
+	if ps.StorageClassName == "" {
+		return snapshots.Refuse("the ProviderConfig has no spec.hosted.storageClassName: a control plane made from a snapshot keeps its etcd on a claim")
+	}
+	snap, err := findSnapshot(ctx, h, uid, name)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	run := &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), Phase: restoreServe, Started: now}
+	ps.Restore, ps.EtcdDataDir, ps.RestoredMark = run, run.DataDir, run.DataDir
+	ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(NamespaceFor(cl.UID)), SHA256: snap.SHA256}
+	return nil
+}
+
+// restoreSpec sets what s's workloads are made of during and after a restore, from ps.
+func (s *Spec) restoreSpec(ps providerStatus) {
+	s.EtcdDataDir, s.EtcdRestore, s.RestoredMark = ps.EtcdDataDir, ps.EtcdRestoredFrom, ps.RestoredMark
+	s.Restoring = ps.Restore != nil
+}
+
+// advanceRestore carries ps.Restore on by one step where it can (see the top of this file) and
+// returns why the control plane does not serve yet (empty: the restore is done, failed or absent).
+// It changes ps; the caller records it and makes s from it again (restoreSpec).
+func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, s *Spec, ps *providerStatus) (string, error) {
+	run := ps.Restore
+	if run == nil {
+		return "", nil
+	}
+	msg := fmt.Sprintf("Restoring etcd from snapshot %s (taken %s)", run.Snapshot.Ref(), run.Snapshot.Taken.Format(time.RFC3339))
+	fail := func(why string) (string, error) {
+		b.opts.Logger.Info("A restore of a hosted control plane failed", "cluster", backend.RefOf(cl).String(), "snapshot", run.Snapshot.Ref(), "why", why)
+		ps.Restored = &backend.Restored{Snapshot: run.Snapshot, At: time.Now().UTC().Truncate(time.Second), Failed: why}
+		ps.Restore = nil
+		return "", b.endServe(ctx, h, s.Namespace)
+	}
+	if time.Since(run.Started) > restoreTimeout && run.Phase != restoreAPIServer {
+		if run.PreviousDataDir != "" && run.Phase == restoreEtcd {
+			// etcd does not run the restored data: back to the data it had.
+			ps.EtcdDataDir, ps.EtcdRestoredFrom = prevDir(run.PreviousDataDir), nil
+			return fail(fmt.Sprintf("restoring snapshot %s did not finish in %s; etcd runs its previous data folder %s again", run.Snapshot.Name, restoreTimeout, run.PreviousDataDir))
+		}
+		return fail(fmt.Sprintf("restoring snapshot %s did not finish in %s (see the pods of Job %s/%s)", run.Snapshot.Ref(), restoreTimeout, BackupNamespace, serveName(s.Namespace)))
+	}
+	switch run.Phase {
+	case restoreServe:
+		job, err := b.ensureServe(ctx, h, s, run)
+		if err != nil {
+			return "", err
+		}
+		if done, failed := jobEnded(job); done {
+			res, err := jobResult(ctx, h, job)
+			why := failed
+			switch {
+			case err != nil:
+				why = err.Error()
+			case res.Error != "":
+				why = res.Error
+			}
+			if run.PreviousDataDir != "" {
+				why += "; nothing changed"
+			}
+			return fail(fmt.Sprintf("the snapshot serve of %s failed: %s", run.Snapshot.Ref(), why))
+		}
+		if job.Status.Ready == nil || *job.Status.Ready == 0 {
+			return msg + ": its snapshot is checked and served (Job " + BackupNamespace + "/" + job.Name + ").", nil
+		}
+		// The serve checked the snapshot and serves it: etcd goes to the new data folder.
+		run.Phase = restoreEtcd
+		ps.EtcdDataDir = run.DataDir
+		ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(s.Namespace), SHA256: run.Snapshot.SHA256}
+		return msg + ": etcd's pods restore it into " + run.DataDir + ".", nil
+	case restoreEtcd:
+		if _, err := b.ensureServe(ctx, h, s, run); err != nil {
+			return "", err
+		}
+		sts := &appsv1.StatefulSet{}
+		if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts); err != nil {
+			return "", client.IgnoreNotFound(err)
+		}
+		rolled, err := replaceEtcdPods(ctx, h, s, sts)
+		if err != nil || !rolled {
+			return msg + ": etcd's pods restore it into " + run.DataDir + ".", err
+		}
+		run.Phase = restoreAPIServer
+		ps.RestoredMark = run.DataDir
+		return msg + ": etcd runs the restored data; the API servers start anew.", nil
+	case restoreAPIServer:
+		dep := &appsv1.Deployment{}
+		if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, dep); client.IgnoreNotFound(err) != nil {
+			return "", err
+		}
+		if dep.Spec.Template.Annotations[AnnotationRestored] != ps.RestoredMark || !rolledOut(dep) || oldAPIServers(ctx, h, s) {
+			return msg + ": the API servers start anew on the restored data.", nil
+		}
+		ps.Restored = &backend.Restored{Snapshot: run.Snapshot, At: time.Now().UTC().Truncate(time.Second)}
+		if run.PreviousDataDir != "" {
+			ps.Restored.MovedAside = fmt.Sprintf("folder %s of etcd's claims, kept beside %s that etcd runs now", run.PreviousDataDir, run.DataDir)
+		}
+		ps.Restore = nil
+		b.opts.Logger.Info("Restored a hosted control plane from a snapshot", "cluster", backend.RefOf(cl).String(), "snapshot", run.Snapshot.Ref())
+		return "", b.endServe(ctx, h, s.Namespace)
+	}
+	return "", fmt.Errorf("the record of %s holds a restore in an unknown step %q", s.Namespace, run.Phase)
+}
+
+// prevDir is the record's EtcdDataDir for data folder dir.
+func prevDir(dir string) string {
+	if dir == "data" {
+		return ""
+	}
+	return dir
+}
+
+// replaceEtcdPods deletes every etcd pod that does not run the StatefulSet's current template once
+// the StatefulSet controller has seen it, so that all members start on the restored data together
+// (a rolling update would wait for a restored member that cannot be ready alone), and reports
+// whether all of them run it, ready.
+func replaceEtcdPods(ctx context.Context, h *host, s *Spec, sts *appsv1.StatefulSet) (bool, error) {
+	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
+		return false, nil
+	}
+	pods := &corev1.PodList{}
+	if err := h.client.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels(s.selector(ComponentEtcd))); err != nil {
+		return false, err
+	}
+	ready := 0
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Labels[appsv1.StatefulSetRevisionLabel] != sts.Status.UpdateRevision {
+			if p.DeletionTimestamp == nil {
+				if err := h.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+					return false, fmt.Errorf("deleting etcd pod %s/%s for the restore: %w", p.Namespace, p.Name, err)
+				}
+			}
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				ready++
+			}
+		}
+	}
+	return ready >= int(s.replicas(ComponentEtcd)), nil
+}
+
+// Names of a restore's objects in BackupNamespace: the serve's Job, Service and Secret (its
+// certificate and the token).
+func serveName(ns string) string { return "restore-" + ns }
+
+// serveURL is the URL of the snapshot served to the control plane in namespace ns.
+func serveURL(ns string) string {
+	return fmt.Sprintf("https://%s.%s.svc:%d/snapshot", serveName(ns), BackupNamespace, portServe)
+}
+
+// ensureServe makes the serve of run's snapshot for the control plane of s: the token (in
+// BackupNamespace for the serve, in the control plane's namespace for its etcd pods), the serve's
+// certificate (of the control plane's etcd CA, which its etcd pods trust), its Service and Job.
+func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restoreRun) (*batchv1.Job, error) {
+	name := serveName(s.Namespace)
+	job := &batchv1.Job{}
+	err := h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: name}, job)
+	if err == nil {
+		return job, nil
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	bs := s.backupSpec()
+	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy(), bs.ServeService()} {
+		if err := h.apply(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	token := make([]byte, 32)
+	if _, err := rand.Read(token); err != nil {
+		return nil, err
+	}
+	tok := []byte(hex.EncodeToString(token))
+	caSecret := &corev1.Secret{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: SecretEtcdCA}, caSecret); err != nil {
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, SecretEtcdCA, err)
+	}
+	ca, err := certs.ParseCA(caSecret.Data["ca.crt"], caSecret.Data["ca.key"])
+	if err != nil {
+		return nil, backend.Errorf(backend.ReasonStateDamaged, "Secret %s/%s does not read: %v", s.Namespace, SecretEtcdCA, err)
+	}
+	ca.Lifetime = b.opts.Certificates
+	cert, key, err := ca.Issue(certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	if err != nil {
+		return nil, err
+	}
+	// Made anew for each serve: a token of an earlier restore is worth nothing.
+	for _, sec := range []*corev1.Secret{
+		{ObjectMeta: bs.meta(name, ComponentServe), Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "token": tok}},
+		{ObjectMeta: s.meta(SecretRestoreToken, ComponentEtcd), Data: map[string][]byte{"token": tok}},
+	} {
+		sec.TypeMeta = typeMeta("v1", "Secret")
+		if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		if err := h.client.Create(ctx, sec); err != nil {
+			return nil, fmt.Errorf("creating Secret %s/%s: %w", sec.Namespace, sec.Name, err)
+		}
+	}
+	job = bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
+	if err := h.client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating the snapshot serve Job: %w", err)
+	}
+	return job, nil
+}
+
+// endServe removes a restore's serve, its Service and both copies of its token.
+func (b *Backend) endServe(ctx context.Context, h *host, ns string) error {
+	name := serveName(ns)
+	for _, obj := range []client.Object{
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: SecretRestoreToken}},
+	} {
+		if err := h.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %s/%s after the restore: %w", obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// ServeService is the Service of the serve for the control plane in namespace s.Namespace's
+// Cluster (s is its backupSpec).
+func (s *Spec) ServeService() *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(serveName(NamespaceFor(s.Cluster.UID)), ComponentServe),
+		Spec: corev1.ServiceSpec{
+			Selector: s.selector(ComponentServe),
+			Ports:    []corev1.ServicePort{{Name: "https", Port: portServe, TargetPort: intstr.FromInt32(portServe), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// ServeJob serves snap (from the claim of the Cluster it is of) to the members etcd pods of the
+// control plane in namespace ns, then ends.
+func (s *Spec) ServeJob(ns string, snap backend.Snapshot, members int) *batchv1.Job {
+	name := serveName(ns)
+	const tlsMount = "/etc/serve"
+	pod := s.podSpec(ComponentServe, []corev1.Container{{
+		Name:    ComponentServe,
+		Image:   s.Image,
+		Command: []string{binDir + "etcd-snapshot"},
+		Args: []string{"serve", "--dir=" + snapshotsMount, "--cluster=" + string(snap.Cluster), "--name=" + snap.Name, fmt.Sprintf("--listen=:%d", portServe),
+			fmt.Sprintf("--count=%d", members), "--token-file=" + tlsMount + "/token", "--tls-cert=" + tlsMount + "/tls.crt", "--tls-key=" + tlsMount + "/tls.key",
+			"--timeout=" + restoreTimeout.String()},
+		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: portServe, Protocol: corev1.ProtocolTCP}},
+		// Listening means the snapshot checked: the serve checks before it listens.
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(portServe)}}, PeriodSeconds: 1},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "snapshots", MountPath: snapshotsMount, ReadOnly: true},
+			{Name: "serve", MountPath: tlsMount, ReadOnly: true},
+		},
+	}})
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Volumes = append(pod.Volumes,
+		corev1.Volume{Name: "snapshots", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: namesFor(NamespaceFor(snap.Cluster)).claim, ReadOnly: true}}},
+		corev1.Volume{Name: "serve", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name, DefaultMode: ptr.To[int32](0o440)}}})
+	return &batchv1.Job{
+		TypeMeta:   typeMeta("batch/v1", "Job"),
+		ObjectMeta: s.meta(name, ComponentServe),
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64((restoreTimeout + 5*time.Minute).Seconds())),
+			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentServe), Spec: pod},
+		},
+	}
+}
