@@ -296,8 +296,8 @@ const (
 	SecretEtcdPeerClient = "etcd-peer-client"
 	// etcdPeerCN is the common name of the peer certificate: the only one etcd takes as a peer
 	// (--peer-cert-allowed-cn), so that the API server's client certificate of the same CA is not.
-// The peer certificate serves (the members' names in it), the peer client certificate (no names)
-// connects.
+	// The peer certificate serves (the members' names in it), the peer client certificate (no names)
+	// connects.
 	etcdPeerCN = "etcd-peer"
 	// PriorityClassControlPlane is the PriorityClass of highly available control planes' pods
 	// (made in the host cluster when missing): above workloads, below the host's own
