@@ -1060,5 +1060,21 @@ func TestRestoreSteps(t *testing.T) {
 	assert.Contains(t, init.Args, "--sha256="+snap.SHA256)
 	assert.Contains(t, init.Args, "--url="+serveURL(NamespaceFor(copyOf.UID)))
 	assert.Equal(t, flags(t, init.Args[1:])["--data-dir"], flags(t, csts.Spec.Template.Spec.Containers[0].Args)["--data-dir"], "etcd starts on what the init container restored")
-	get(t, &batchv1.Job{}, BackupNamespace, serveName(NamespaceFor(copyOf.UID)))
+	cjob := get(t, &batchv1.Job{}, BackupNamespace, serveName(NamespaceFor(copyOf.UID)))
+
+	// Its serve served the new etcd before the backend saw it ready: that is no failure.
+	cpod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, GenerateName: cjob.Name + "-",
+		Labels: map[string]string{batchv1.ControllerUidLabel: string(cjob.UID)}}, Spec: cjob.Spec.Template.Spec}
+	require.NoError(t, env.Client.Create(ctx, cpod))
+	served, err := json.Marshal(snapshotResult{Snapshot: &snap})
+	require.NoError(t, err)
+	cpod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ComponentServe, Image: image1, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Message: string(served)}}}}
+	require.NoError(t, env.Client.Status().Update(ctx, cpod))
+	cjob.Status.StartTime, cjob.Status.CompletionTime, cjob.Status.Succeeded = &now, &now, 1
+	cjob.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
+		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	require.NoError(t, env.Client.Status().Update(ctx, cjob))
+	st = h.ensure(t, copyOf)
+	assert.Nil(t, st.Restored, "no failure: %+v", st.Restored)
+	assert.Equal(t, restoreEtcd, record(t, copyOf).Restore.Phase, "on to etcd's pods")
 }

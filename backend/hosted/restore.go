@@ -192,7 +192,8 @@ func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alp
 		if err != nil {
 			return "", err
 		}
-		if done, failed := jobEnded(job); done {
+		done, failed := jobEnded(job)
+		if done {
 			res, err := jobResult(ctx, h, job)
 			why := failed
 			switch {
@@ -201,12 +202,14 @@ func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alp
 			case res.Error != "":
 				why = res.Error
 			}
-			if run.PreviousDataDir != "" {
-				why += "; nothing changed"
+			if why != "" {
+				if run.PreviousDataDir != "" {
+					why += "; nothing changed"
+				}
+				return fail(fmt.Sprintf("the snapshot serve of %s failed: %s", run.Snapshot.Ref(), why))
 			}
-			return fail(fmt.Sprintf("the snapshot serve of %s failed: %s", run.Snapshot.Ref(), why))
-		}
-		if job.Status.Ready == nil || *job.Status.Ready == 0 {
+			// It served every member already (a new cluster's pods fetch from their start).
+		} else if job.Status.Ready == nil || *job.Status.Ready == 0 {
 			return msg + ": its snapshot is checked and served (Job " + BackupNamespace + "/" + job.Name + ").", nil
 		}
 		// The serve checked the snapshot and serves it: etcd goes to the new data folder.
