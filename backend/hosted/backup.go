@@ -155,15 +155,10 @@ func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version s
 		return err
 	}
 	// The Jobs' etcd client certificate, of the control plane's etcd CA.
-	caSecret := &corev1.Secret{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: SecretEtcdCA}, caSecret); err != nil {
-		return fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, SecretEtcdCA, err)
-	}
-	ca, err := certs.ParseCA(caSecret.Data["ca.crt"], caSecret.Data["ca.key"])
+	ca, err := b.etcdCA(ctx, h, s)
 	if err != nil {
-		return backend.Errorf(backend.ReasonStateDamaged, "Secret %s/%s does not read: %v", s.Namespace, SecretEtcdCA, err)
+		return err
 	}
-	ca.Lifetime = b.opts.Certificates
 	if _, _, err := ensureLeaf(ctx, h.client, bs, namesFor(s.Namespace).secret, ca,
 		certs.Leaf{CommonName: snapshotUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return err
@@ -172,6 +167,17 @@ func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version s
 		return fmt.Errorf("creating the snapshot Job: %w", err)
 	}
 	return nil
+}
+
+// etcdCA is the etcd CA of the control plane of s (pki.go's, with the backend's lifetime), which
+// the snapshot Jobs' client certificates and the serves' certificates are issued by.
+func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*certs.CA, error) {
+	ca, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca")
+	if err != nil {
+		return nil, err
+	}
+	ca.Lifetime = b.opts.Certificates
+	return ca, nil
 }
 
 // endSnapshot deletes a snapshot Job that ended (its pod with it) and returns err.
@@ -233,9 +239,24 @@ func imageOf(job *batchv1.Job) string {
 }
 
 // Snapshots lists cl's snapshots, newest first, from its ConfigMap in BackupNamespace.
+// It is asked at every reconcile, right after Ensure found the control plane's host: that host is
+// used, without looking for the control plane again.
 func (b *Backend) Snapshots(ctx context.Context, cl *clustersv1alpha1.Cluster) ([]backend.Snapshot, error) {
-	h, _, found, err := b.locate(ctx, cl, nil)
-	if err != nil || h == nil || !found {
+	b.mu.Lock()
+	seed, known := b.where[cl.UID]
+	b.mu.Unlock()
+	var h *host
+	var err error
+	if known {
+		h, err = b.hostFor(ctx, seed)
+	} else {
+		var found bool
+		h, _, found, err = b.locate(ctx, cl, nil)
+		if !found {
+			return nil, err
+		}
+	}
+	if err != nil || h == nil {
 		return nil, err
 	}
 	return readCatalog(ctx, h, NamespaceFor(cl.UID))

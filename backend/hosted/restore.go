@@ -323,15 +323,10 @@ func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restor
 		return nil, err
 	}
 	tok := []byte(hex.EncodeToString(token))
-	caSecret := &corev1.Secret{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: SecretEtcdCA}, caSecret); err != nil {
-		return nil, fmt.Errorf("reading Secret %s/%s: %w", s.Namespace, SecretEtcdCA, err)
-	}
-	ca, err := certs.ParseCA(caSecret.Data["ca.crt"], caSecret.Data["ca.key"])
+	ca, err := b.etcdCA(ctx, h, s)
 	if err != nil {
-		return nil, backend.Errorf(backend.ReasonStateDamaged, "Secret %s/%s does not read: %v", s.Namespace, SecretEtcdCA, err)
+		return nil, err
 	}
-	ca.Lifetime = b.opts.Certificates
 	cert, key, err := ca.Issue(certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	if err != nil {
 		return nil, err
