@@ -135,7 +135,7 @@ type State struct {
 	// The cluster is complete only while it is Ready too.
 	ControllerManager *Part
 	// Etcd is the state of the cluster's etcd beyond answering (its NOSPACE alarm), for a Backend
-	// that keeps it (local); nil where the Backend does not report it.
+	// that keeps it (local, hosted); nil where the Backend does not report it (or not yet).
 	Etcd *Part
 	// Repaired, when not empty, says what of the cluster's state the backend found damaged and
 	// made anew without loss (a garbled record rebuilt from the Cluster's status). It is reported
@@ -160,6 +160,9 @@ type Part struct {
 	// Reason and Message say, in CamelCase and in a sentence, why it is not Ready (or that it is).
 	Reason, Message string
 }
+
+// ReasonEtcdNoSpace: the cluster's etcd database reached its quota; it takes no writes (State.Etcd).
+const ReasonEtcdNoSpace = "EtcdNoSpace"
 
 // EndpointAPIServerExternal is the name of the API server's endpoint in status.endpoints.
 const EndpointAPIServerExternal = "apiserver-external"

@@ -2,7 +2,6 @@ package hosted
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,10 +60,10 @@ const ReasonSnapshotInProgress = backend.ReasonSnapshotInProgress
 
 // backupNames are the names, in BackupNamespace, of what belongs to the control plane in
 // namespace ns.
-type backupNames struct{ claim, catalog, secret, job string }
+type backupNames struct{ claim, catalog, secret, job, maintain string }
 
 func namesFor(ns string) backupNames {
-	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns}
+	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns, maintain: "maintain-" + ns}
 }
 
 // backupSpec is the Spec whose meta labels what BackupNamespace holds of s's Cluster.
@@ -145,22 +144,11 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 
 // startSnapshot makes what the snapshot Job needs in BackupNamespace and starts it.
 func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version string, keep int) error {
+	if err := b.ensureEtcdClient(ctx, h, s); err != nil {
+		return err
+	}
 	bs := s.backupSpec()
-	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy()} {
-		if err := h.apply(ctx, obj); err != nil {
-			return err
-		}
-	}
 	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {
-		return err
-	}
-	// The Jobs' etcd client certificate, of the control plane's etcd CA.
-	ca, err := b.etcdCA(ctx, h, s)
-	if err != nil {
-		return err
-	}
-	if _, _, err := ensureLeaf(ctx, h.client, bs, namesFor(s.Namespace).secret, ca,
-		certs.Leaf{CommonName: snapshotUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		return err
 	}
 	if err := h.client.Create(ctx, bs.SnapshotJob(s.Namespace, version, keep)); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -214,21 +202,8 @@ type snapshotResult struct {
 // jobResult reads the termination message of job's pod.
 func jobResult(ctx context.Context, h *host, job *batchv1.Job) (snapshotResult, error) {
 	var res snapshotResult
-	pods := &corev1.PodList{}
-	if err := h.client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
-		return res, err
-	}
-	for _, p := range pods.Items {
-		for _, c := range p.Status.ContainerStatuses {
-			if t := c.State.Terminated; t != nil && t.Message != "" {
-				if err := json.Unmarshal([]byte(t.Message), &res); err != nil {
-					return res, fmt.Errorf("its pod %s says %q", p.Name, t.Message)
-				}
-				return res, nil
-			}
-		}
-	}
-	return res, fmt.Errorf("its pod left no result (the control-plane image %s may lack %s: rebuild it with make controlplane-image)", imageOf(job), binDir+"etcd-snapshot")
+	err := podResult(ctx, h, job, &res)
+	return res, err
 }
 
 func imageOf(job *batchv1.Job) string {

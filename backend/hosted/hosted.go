@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -272,7 +273,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
 		HighAvailability: s.HighAvailability, EtcdDataDir: ps.EtcdDataDir, EtcdRestoredFrom: ps.EtcdRestoredFrom, RestoredMark: ps.RestoredMark,
-		Restore: ps.Restore, Restored: ps.Restored}
+		Restore: ps.Restore, Restored: ps.Restored, Etcd: ps.Etcd}
 
 	if err := h.apply(ctx, s.NamespaceObject()); err != nil {
 		return backend.State{}, err
@@ -341,6 +342,21 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	st, err := b.observe(ctx, h, cl, s, ps, external, waiting)
 	if err != nil {
 		return st, err
+	}
+	if restoring == "" {
+		wait, err := b.maintainEtcd(ctx, h, cl, s, &ps, st.Ready)
+		if err != nil {
+			return st, err
+		}
+		if wait > 0 {
+			st.RetryAfter = min(nonZero(st.RetryAfter, wait), wait)
+		}
+		st.ProviderStatus = ps
+	}
+	st.Etcd = ps.Etcd.part()
+	if st.Etcd != nil && !st.Etcd.Ready && !st.Ready {
+		// etcd's readiness check fails on its alarm: what keeps the cluster from Ready is that.
+		st.Reason, st.Message = backend.ReasonEtcdNoSpace, st.Etcd.Message
 	}
 	waitsTurn := etcdOut == workloadWaits || apiOut == workloadWaits
 	if !waitsTurn && etcdOut == workloadKept && apiOut == workloadKept && rolledOutAll(ctx, h, s) {
@@ -839,9 +855,15 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 // gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
 // outlive the Cluster), the credential of its snapshot Jobs goes.
 func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
-	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(NamespaceFor(cl.UID)).secret}}
-	if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
-		return false, fmt.Errorf("deleting Secret %s/%s: %w", BackupNamespace, sec.Name, err)
+	names := namesFor(NamespaceFor(cl.UID))
+	for _, obj := range []client.Object{
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.maintain}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.job}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.secret}},
+	} {
+		if err := h.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return false, fmt.Errorf("deleting %T %s/%s: %w", obj, BackupNamespace, obj.GetName(), err)
+		}
 	}
 	b.forget(cl)
 	return true, nil

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -848,34 +849,16 @@ func TestSnapshotJobs(t *testing.T) {
 	for _, r := range np.Spec.Ingress {
 		for _, from := range r.From {
 			found = found || (from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == BackupNamespace &&
-				from.PodSelector.MatchLabels[LabelComponent] == ComponentSnapshot && from.PodSelector.MatchLabels[LabelClusterUID] == string(cl.UID))
+				selects(t, from.PodSelector, job.Spec.Template.Labels))
 		}
 	}
 	assert.True(t, found, "the etcd NetworkPolicy lets in this Cluster's snapshot Jobs: %+v", np.Spec.Ingress)
 	_, err = h.b.Snapshot(ctx, cl, 3)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "still running: %v", err)
 
-	// end finishes the Job as Kubernetes would, its pod having written result.
 	end := func(cond batchv1.JobConditionType, result string) {
 		t.Helper()
-		job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, GenerateName: names.job + "-",
-			Labels: map[string]string{batchv1.JobNameLabel: names.job, batchv1.ControllerUidLabel: string(job.UID)}}, Spec: job.Spec.Template.Spec}
-		require.NoError(t, env.Client.Create(ctx, pod))
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ComponentSnapshot, Image: image1,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: result}}}}
-		require.NoError(t, env.Client.Status().Update(ctx, pod))
-		now := metav1.Now()
-		job.Status.StartTime = &now
-		job.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, Reason: "Test", Message: "as the Job controller says"}}
-		if cond == batchv1.JobComplete {
-			job.Status.Succeeded, job.Status.CompletionTime = 1, &now
-			job.Status.Conditions = append([]batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}}, job.Status.Conditions...)
-		} else {
-			job.Status.Failed = 1
-			job.Status.Conditions = append([]batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "Test"}}, job.Status.Conditions...)
-		}
-		require.NoError(t, env.Client.Status().Update(ctx, job))
+		endJob(t, names.job, cond, result)
 	}
 	taken := func(name string) backend.Snapshot {
 		return backend.Snapshot{Name: name, Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
@@ -935,6 +918,40 @@ func TestSnapshotJobs(t *testing.T) {
 	err = env.Client.Get(ctx, client.ObjectKeyFromObject(cred), &corev1.Secret{})
 	assert.True(t, apierrors.IsNotFound(err), "the credential goes with its Cluster: %v", err)
 	get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
+}
+
+// selects reports whether sel selects labels.
+func selects(t *testing.T, sel *metav1.LabelSelector, l map[string]string) bool {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	require.NoError(t, err)
+	return s.Matches(labels.Set(l))
+}
+
+// endJob finishes Job name of BackupNamespace as Kubernetes would, its pod having written result
+// as its termination message.
+func endJob(t *testing.T, name string, cond batchv1.JobConditionType, result string) {
+	t.Helper()
+	ctx := t.Context()
+	job := get(t, &batchv1.Job{}, BackupNamespace, name)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, GenerateName: name + "-",
+		Labels: map[string]string{batchv1.JobNameLabel: name, batchv1.ControllerUidLabel: string(job.UID)}}, Spec: job.Spec.Template.Spec}
+	require.NoError(t, env.Client.Create(ctx, pod))
+	ctr := job.Spec.Template.Spec.Containers[0]
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ctr.Name, Image: ctr.Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Message: result}}}}
+	require.NoError(t, env.Client.Status().Update(ctx, pod))
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	job.Status.Conditions = []batchv1.JobCondition{{Type: cond, Status: corev1.ConditionTrue, Reason: "Test", Message: "as the Job controller says"}}
+	if cond == batchv1.JobComplete {
+		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+		job.Status.Conditions = append([]batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue}}, job.Status.Conditions...)
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = append([]batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "Test"}}, job.Status.Conditions...)
+	}
+	require.NoError(t, env.Client.Status().Update(ctx, job))
 }
 
 // forceGone removes a Job envtest keeps (no garbage collector) so that the next can be made.

@@ -466,7 +466,7 @@ func (s *Spec) exposure() corev1.ServiceType {
 	return corev1.ServiceTypeNodePort
 }
 
-// EtcdNetworkPolicy lets only the cluster's API server pods and snapshot Jobs reach etcd's client
+// EtcdNetworkPolicy lets only the cluster's API server pods, snapshot and maintenance Jobs reach etcd's client
 // port, pods of namespaces labelled LabelMonitoring=true its metrics port, and etcd reach nothing
 // (a highly available etcd: its members' peer port, and DNS).
 func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
@@ -483,10 +483,14 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 				From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelMonitoring: "true"}}}},
 				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcdHTTP)},
 			}, {
-				// This Cluster's snapshot Jobs (backup.go).
+				// This Cluster's snapshot and maintenance Jobs (backup.go, maintain.go).
 				From: []networkingv1.NetworkPolicyPeer{{
 					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: BackupNamespace}},
-					PodSelector:       &metav1.LabelSelector{MatchLabels: s.selector(ComponentSnapshot)},
+					PodSelector: &metav1.LabelSelector{
+						MatchLabels: map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(s.Cluster.UID)},
+						MatchExpressions: []metav1.LabelSelectorRequirement{{Key: LabelComponent, Operator: metav1.LabelSelectorOpIn,
+							Values: []string{ComponentSnapshot, ComponentMaintain}}},
+					},
 				}},
 				Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)},
 			}},

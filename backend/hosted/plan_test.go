@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -186,11 +187,28 @@ func TestNetworkPolicies(t *testing.T) {
 			require.Len(t, metrics.From, 1)
 			assert.Nil(t, metrics.From[0].PodSelector)
 			assert.Equal(t, map[string]string{LabelMonitoring: "true"}, metrics.From[0].NamespaceSelector.MatchLabels)
-			// Its client port from this Cluster's snapshot Jobs only, in the backups' namespace.
+			// Its client port from this Cluster's snapshot and maintenance Jobs only, in the
+			// backups' namespace.
 			snaps := etcd.Spec.Ingress[2]
 			assert.Equal(t, intstr.FromInt32(2379), *snaps.Ports[0].Port)
 			require.Len(t, snaps.From, 1)
-			assert.Equal(t, s.selector(ComponentSnapshot), snaps.From[0].PodSelector.MatchLabels)
+			sel, err := metav1.LabelSelectorAsSelector(snaps.From[0].PodSelector)
+			require.NoError(t, err)
+			other := *s
+			other.Cluster.UID = "another"
+			for _, c := range []struct {
+				labels map[string]string
+				in     bool
+			}{
+				{s.selector(ComponentSnapshot), true},
+				{s.selector(ComponentMaintain), true},
+				{s.selector(ComponentServe), false},
+				{s.selector(ComponentAPIServer), false},
+				{other.selector(ComponentSnapshot), false},
+				{other.selector(ComponentMaintain), false},
+			} {
+				assert.Equal(t, c.in, sel.Matches(labels.Set(c.labels)), "%v", c.labels)
+			}
 			assert.Equal(t, map[string]string{corev1.LabelMetadataName: BackupNamespace}, snaps.From[0].NamespaceSelector.MatchLabels)
 		})
 	}

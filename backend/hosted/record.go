@@ -54,6 +54,8 @@ type providerStatus struct {
 	Restored *backend.Restored `json:"restored,omitempty"`
 	// SeedKey is the key of the seed's kubeconfig in its Secret.
 	SeedKey string `json:"seedKey,omitempty"`
+	// Etcd is the last report of etcd's maintenance (maintain.go).
+	Etcd *etcdHealth `json:"etcd,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.
 	ImageRefresh string `json:"imageRefresh,omitempty"`
 }

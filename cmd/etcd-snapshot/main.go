@@ -8,6 +8,11 @@
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
 //	    checks snapshot NAME of UID and serves its file over HTTPS to --count clients that show the
 //	    token (GET /snapshot), then exits; a refusal is written to --result.
+//	etcd-snapshot maintain --member NAME=URL... --quota Q [--defrag] [--freed-at REV]
+//	        --cacert CA --cert C --key K
+//	    one pass of backend/etcdmaint over the members (a full etcd freed and disarmed; with
+//	    --defrag, fragmented members defragmented one at a time), its report written as JSON to
+//	    --result (the backend reads it: EtcdHealthy).
 //	etcd-snapshot restore --url URL --token-file F --ca CA --sha256 S --data-dir DIR
 //	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P
 //	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl) into DIR for
@@ -35,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
 	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 )
 
@@ -52,7 +58,7 @@ type Result struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore [flags]")
+		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore|maintain [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -65,8 +71,10 @@ func main() {
 		err = serve(ctx, os.Args[2:])
 	case "restore":
 		err = restore(ctx, os.Args[2:])
+	case "maintain":
+		err = maintain(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: save, serve or restore", os.Args[1])
+		err = fmt.Errorf("unknown command %q: save, serve, restore or maintain", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-snapshot:", err)
@@ -288,4 +296,76 @@ func fetch(ctx context.Context, hc *http.Client, url, token, file string) error 
 		return err
 	}
 	return f.Close()
+}
+
+// members is the repeated --member NAME=URL flag.
+type members []etcdmaint.Member
+
+func (m *members) String() string { return fmt.Sprint(len(*m), " members") }
+
+func (m *members) Set(v string) error {
+	name, url, ok := strings.Cut(v, "=")
+	if !ok || name == "" || url == "" {
+		return fmt.Errorf("%q is not NAME=URL", v)
+	}
+	*m = append(*m, etcdmaint.Member{Name: name, URL: url})
+	return nil
+}
+
+func maintain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("maintain", flag.ExitOnError)
+	var ms members
+	fs.Var(&ms, "member", "an etcd member, NAME=CLIENT-URL (repeated: every member)")
+	quota := fs.Int64("quota", 0, "etcd's --quota-backend-bytes")
+	defrag := fs.Bool("defrag", false, "a periodic defragmentation is due")
+	freedAt := fs.Int64("freed-at", 0, "the revision a full etcd was last freed at (the last report's freedAt)")
+	cacert := fs.String("cacert", "", "etcd's CA")
+	cert := fs.String("cert", "", "a client certificate of etcd's CA")
+	key := fs.String("key", "", "its key")
+	result := fs.String("result", "/dev/termination-log", "where to write the report")
+	_ = fs.Parse(args)
+	if len(ms) == 0 || *quota <= 0 {
+		return errors.New("--member and --quota are required")
+	}
+	c, err := etcdClient(*cacert, *cert, *key)
+	if err != nil {
+		return err
+	}
+	for i := range ms {
+		ms[i].Client = c
+	}
+	r := etcdmaint.Maintain(ctx, ms, etcdmaint.Policy{Quota: *quota, Defrag: *defrag, FreedAt: *freedAt},
+		func(msg string, kv ...any) { fmt.Println(append([]any{msg}, kv...)...) })
+	for i := range r.Members { // the termination message holds 4 KiB
+		if e := r.Members[i].Error; len(e) > 300 {
+			r.Members[i].Error = e[:300] + "…"
+		}
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(data))
+	return os.WriteFile(*result, data, 0o600)
+}
+
+// etcdClient is an HTTP client of etcd's CA with a client certificate (plain HTTP without).
+func etcdClient(cacert, cert, key string) (*http.Client, error) {
+	if cacert == "" {
+		return &http.Client{}, nil
+	}
+	pem, err := os.ReadFile(cacert)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no certificate", cacert)
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}, nil
 }

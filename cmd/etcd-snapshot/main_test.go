@@ -17,29 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // etcd starts a real etcd (the envtest assets' binary) in a temporary folder and returns its
 // client URL; it stops with the test.
 func etcd(t *testing.T, assets string) string {
-	t.Helper()
-	dir := t.TempDir()
-	port := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
-	client, peer := fmt.Sprintf("http://127.0.0.1:%d", port()), fmt.Sprintf("http://127.0.0.1:%d", port())
-	cmd := exec.Command(filepath.Join(assets, "etcd"), "--data-dir="+dir, "--listen-client-urls="+client, "--advertise-client-urls="+client,
-		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=default="+peer, "--log-level=error")
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	require.Eventually(t, func() bool {
-		return exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+client, "endpoint", "health").Run() == nil
-	}, 30*time.Second, 100*time.Millisecond, "etcd answers")
-	return client
+	return testenv.Etcd(t, assets, 1)[0].ClientURL
 }
 
 // TestSaveServeRestore: save takes checked snapshots onto a folder and keeps the newest --keep,
@@ -160,4 +145,32 @@ func TestSaveServeRestore(t *testing.T) {
 	require.NoError(t, json.Unmarshal(out, &r))
 	assert.True(t, r.Refused)
 	assert.Contains(t, r.Error, "is damaged")
+}
+
+// TestMaintain: maintain reports, in the file the backend reads, each member's database and that
+// etcd takes writes; a member that does not answer is named.
+func TestMaintain(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		testenv.MissingTool(t, "the envtest assets (etcd: make envtest)", err)
+	}
+	endpoint := etcd(t, assets)
+	result := filepath.Join(t.TempDir(), "result")
+	require.NoError(t, maintain(t.Context(), []string{"--member=etcd-0=" + endpoint, "--member=etcd-1=http://127.0.0.1:1",
+		"--quota=1073741824", "--defrag", "--result=" + result}))
+	data, err := os.ReadFile(result)
+	require.NoError(t, err)
+	var r etcdmaint.Report
+	require.NoError(t, json.Unmarshal(data, &r))
+	require.Len(t, r.Members, 2)
+	assert.Equal(t, "etcd-0", r.Members[0].Name)
+	assert.Positive(t, r.Members[0].DBSize)
+	assert.NotEmpty(t, r.Members[1].Error)
+	assert.False(t, r.NoSpace)
+	assert.Equal(t, int64(1<<30), r.Quota)
+	assert.Contains(t, r.Message, "etcd takes writes")
+	assert.Contains(t, r.Message, "member etcd-1 does not answer")
+	assert.Empty(t, r.Defragmented, "not with a member down")
+
+	require.Error(t, maintain(t.Context(), []string{"--quota=1", "--result=" + result}), "no member")
 }

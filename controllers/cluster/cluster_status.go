@@ -27,7 +27,7 @@ const (
 	// aggregated roles stay empty, namespaces never finish deleting.
 	ConditionControllerManagerReady = "ControllerManagerReady"
 	// ConditionEtcdHealthy says whether the cluster's etcd takes writes (for a backend that reports
-	// it: local): False with reason EtcdNoSpace while its database is at its quota.
+	// it: local, hosted): False with reason EtcdNoSpace while its database is at its quota.
 	ConditionEtcdHealthy = "EtcdHealthy"
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"

@@ -56,6 +56,12 @@ func TestHostedHAOnKind(t *testing.T) {
 	require.EventuallyWithT(t, ready, 6*time.Minute, poll, "the highly available Cluster is Ready")
 	t.Logf("FIGURE hosted HA create→Ready: %.1f s", time.Since(start).Seconds())
 	hns := hosted.NamespaceFor(cl.UID)
+	// etcd's first check (a maintenance Job over the three members, TLS with the Jobs' client
+	// certificate): every member answers.
+	start = time.Now()
+	msg := awaitEtcdHealthy(t, c, cl)
+	assert.NotContains(t, msg, "does not answer")
+	t.Logf("FIGURE hosted HA etcd's first check (a maintenance Job over three members): EtcdHealthy %.1f s after Ready: %s", time.Since(start).Seconds(), msg)
 
 	// Placement: one member and one API server per node, the PriorityClass, memory as limited.
 	placed := func(ct require.TestingT) (etcd, api []corev1.Pod) {
@@ -223,6 +229,24 @@ func TestHostedHAOnKind(t *testing.T) {
 		_, err = admin.CoreV1().ConfigMaps("default").Get(ctx, "after-the-snapshot", metav1.GetOptions{})
 		assert.True(ct, apierrors.IsNotFound(err), "after the snapshot: gone: %v", err)
 	}, 2*time.Minute, poll, "the snapshot's data on every member")
+}
+
+// awaitEtcdHealthy waits for cl's EtcdHealthy condition to be True after a maintenance Job
+// checked its etcd, and returns its message.
+func awaitEtcdHealthy(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) string {
+	t.Helper()
+	var msg string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		cur := &clustersv1alpha1.Cluster{}
+		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(cl), cur))
+		cond := meta.FindStatusCondition(cur.Status.Conditions, cluster.ConditionEtcdHealthy)
+		if assert.NotNil(ct, cond, "conditions: %+v", cur.Status.Conditions) {
+			assert.Equal(ct, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
+			assert.Contains(ct, cond.Message, "etcd takes writes")
+			msg = cond.Message
+		}
+	}, 3*time.Minute, poll, "etcd checked by a maintenance Job")
+	return msg
 }
 
 // apiServerMessage is the message of cl's APIServerReady condition.

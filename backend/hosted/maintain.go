@@ -1,0 +1,318 @@
+package hosted
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
+)
+
+// A hosted control plane's etcd is kept healthy by maintenance Jobs (maintain-hcp-… in
+// BackupNamespace, with the snapshot Jobs' etcd client certificate) that run cmd/etcd-snapshot
+// maintain, backend/etcdmaint's pass, over its members: a full etcd (NOSPACE) is compacted,
+// defragmented member by member and disarmed once below its quota; every maintainEvery, fragmented
+// members are defragmented, one at a time and only while all answer. The report (the Job's
+// termination message) is recorded (providerStatus.Etcd) and is the Cluster's EtcdHealthy
+// condition. A Job runs:
+//
+//   - once a new control plane first serves (the condition's first value);
+//   - every maintainEvery (the periodic defragmentation);
+//   - while etcd is full, or an etcd member runs but has not been ready for suspectAfter (etcd's
+//     readiness check fails on a NOSPACE alarm: that is how a full etcd shows), at most every
+//     maintainAgain: what the user deleted is freed at the next one.
+const (
+	ComponentMaintain = "etcd-maintain"
+	maintainEvery     = 6 * time.Hour
+	maintainAgain     = time.Minute
+	suspectAfter      = 30 * time.Second
+	// maintainDeadline bounds a maintenance Job: three defragmentations (etcdmaint's timeout each).
+	maintainDeadline = 3*etcdmaint.MaintenanceTimeout + 5*time.Minute
+)
+
+// etcdHealth is the last maintenance report of a control plane's etcd, in its record.
+type etcdHealth struct {
+	// Checked is when the last report came, Tried when the last Job ended (with a report or not),
+	// Periodic when the last periodic pass ran (or the first check).
+	Checked  time.Time `json:"checked,omitzero"`
+	Tried    time.Time `json:"tried,omitzero"`
+	Periodic time.Time `json:"periodic,omitzero"`
+	// DBSize is the largest member's database, Quota etcd's --quota-backend-bytes.
+	DBSize int64 `json:"dbSize"`
+	Quota  int64 `json:"quota"`
+	// NoSpace: the NOSPACE alarm stays (etcd takes no writes); FreedAt the revision it was freed at.
+	NoSpace bool  `json:"noSpace,omitempty"`
+	FreedAt int64 `json:"freedAt,omitempty"`
+	// Defragmented are the members the last pass defragmented.
+	Defragmented []string `json:"defragmented,omitempty"`
+	Message      string   `json:"message,omitempty"`
+	// Running: a maintenance Job was started and its report not read yet.
+	Running bool `json:"running,omitempty"`
+	// Failures counts the Jobs in a row that brought no report: the next waits twice as long.
+	Failures int `json:"failures,omitempty"`
+}
+
+// part is the Cluster's EtcdHealthy of e.
+func (e *etcdHealth) part() *backend.Part {
+	if e == nil || e.Checked.IsZero() {
+		return nil
+	}
+	if e.NoSpace {
+		return &backend.Part{Reason: backend.ReasonEtcdNoSpace, Message: e.Message}
+	}
+	return &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: e.Message}
+}
+
+// maintainEtcd starts a maintenance Job when one is due, and records the report of one that
+// ended. It returns how soon to look again (0: no sooner than otherwise). Nothing of it stops the
+// control plane from serving: a Job that cannot run is tried again later.
+func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, s *Spec, ps *providerStatus, serves bool) (time.Duration, error) {
+	if ps.Etcd == nil || !ps.Etcd.Running {
+		due, periodic, wait := b.maintenanceDue(ctx, h, s, ps, serves)
+		if !due {
+			return wait, nil
+		}
+		if err := b.startMaintenance(ctx, h, s, ps, periodic); err != nil {
+			return 0, err
+		}
+		if ps.Etcd == nil {
+			ps.Etcd = &etcdHealth{}
+		}
+		ps.Etcd.Running = true
+		return 5 * time.Second, writeRecord(ctx, h, s, *ps)
+	}
+	name := namesFor(s.Namespace).maintain
+	job := &batchv1.Job{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: name}, job); apierrors.IsNotFound(err) {
+		ps.Etcd.Running = false // deleted by someone: due again
+		return time.Second, writeRecord(ctx, h, s, *ps)
+	} else if err != nil {
+		return 0, fmt.Errorf("reading Job %s/%s: %w", BackupNamespace, name, err)
+	}
+	done, failed := jobEnded(job)
+	age := time.Since(job.CreationTimestamp.Time)
+	if !done && age <= maintainDeadline+time.Minute {
+		return min(max(age/2, 3*time.Second), time.Minute), nil // most end within seconds
+	}
+	if !done {
+		failed = fmt.Sprintf("it did not end within %s", maintainDeadline)
+	}
+	var r etcdmaint.Report
+	var err error
+	if failed == "" {
+		err = podResult(ctx, h, job, &r)
+	}
+	e := ps.Etcd
+	first := e.Checked.IsZero()
+	e.Running, e.Tried = false, time.Now().UTC().Truncate(time.Second)
+	switch {
+	case failed != "" || err != nil || r.Unreachable:
+		// Nothing learnt: the last report stands until the next Job.
+		why := failed
+		if err != nil {
+			why = err.Error()
+		} else if r.Unreachable {
+			why = r.Message
+		}
+		e.Failures++
+		b.opts.Logger.Info("An etcd maintenance Job learnt nothing; the next one tries again", "cluster", backend.RefOf(cl).String(), "why", why, "after", e.backoff().String())
+		if first {
+			e.Message = "etcd could not be checked yet: " + why
+		}
+	default:
+		e.Checked, e.Failures = e.Tried, 0
+		if first || job.Annotations[annotationPeriodic] == "true" {
+			e.Periodic = e.Checked // a new database needs no defragmentation
+		}
+		e.DBSize, e.Quota, e.NoSpace, e.FreedAt, e.Defragmented, e.Message = r.Largest(), r.Quota, r.NoSpace, r.FreedAt, r.Defragmented, r.Message
+		if r.Disarmed || len(r.Defragmented) > 0 {
+			b.opts.Logger.Info("Maintained a hosted etcd", "cluster", backend.RefOf(cl).String(), "disarmed", r.Disarmed, "defragmented", r.Defragmented, "bytes", r.Largest())
+		}
+	}
+	if err := writeRecord(ctx, h, s, *ps); err != nil {
+		return 0, err // the Job stays: harvested at the next call
+	}
+	return 0, b.endSnapshot(ctx, h, job, nil)
+}
+
+// maintenanceDue reports whether a maintenance Job is due now, whether it is the periodic one,
+// and otherwise how soon one is.
+func (b *Backend) maintenanceDue(ctx context.Context, h *host, s *Spec, ps *providerStatus, serves bool) (due, periodic bool, wait time.Duration) {
+	if ps.Restore != nil || ps.UpgradeFrom != "" {
+		return false, false, 0 // etcd changes: after
+	}
+	e := ps.Etcd
+	if e == nil {
+		return serves, false, 0
+	}
+	again := e.backoff() - time.Since(e.Tried) // Jobs that fail are not started over and over
+	if e.Checked.IsZero() {
+		switch {
+		case !serves:
+			return false, false, 0
+		case again <= 0:
+			return true, false, 0
+		}
+		return false, false, again
+	}
+	if again <= 0 && time.Since(e.Periodic) >= maintainEvery {
+		return true, true, 0
+	}
+	wait = maintainEvery - time.Since(e.Periodic)
+	if e.NoSpace || etcdSuspect(ctx, h, s) {
+		if again <= 0 {
+			return true, false, 0
+		}
+		wait = min(wait, again)
+	}
+	return false, false, max(wait, time.Second)
+}
+
+// backoff is the least time between the end of a Job and the start of the next: maintainAgain, twice as long after each Job in a row without a report (an
+// image without etcd-snapshot maintain, etcd out of reach), up to maintainEvery.
+func (e *etcdHealth) backoff() time.Duration {
+	return min(maintainAgain<<min(e.Failures, 10), maintainEvery)
+}
+
+// etcdSuspect reports whether an etcd member runs, has started, and has not been ready for
+// suspectAfter: what a NOSPACE alarm looks like from outside (etcd's readiness check fails on it).
+func etcdSuspect(ctx context.Context, h *host, s *Spec) bool {
+	pods := &corev1.PodList{}
+	if err := h.cache.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels(s.selector(ComponentEtcd))); err != nil {
+		return false
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionFalse && time.Since(c.LastTransitionTime.Time) >= suspectAfter && started(p, containerEtcd) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// started reports whether container of p runs and has passed its startup check.
+func started(p corev1.Pod, container string) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == container {
+			return c.State.Running != nil && ptr.Deref(c.Started, false)
+		}
+	}
+	return false
+}
+
+// annotationPeriodic marks the maintenance Job of the periodic pass.
+const annotationPeriodic = "hosted.clusters.openmcp.cloud/periodic"
+
+// startMaintenance makes what a maintenance Job needs in BackupNamespace and starts it.
+func (b *Backend) startMaintenance(ctx context.Context, h *host, s *Spec, ps *providerStatus, periodic bool) error {
+	if err := b.ensureEtcdClient(ctx, h, s); err != nil {
+		return err
+	}
+	var freedAt int64
+	if ps.Etcd != nil {
+		freedAt = ps.Etcd.FreedAt
+	}
+	job := s.backupSpec().MaintenanceJob(s, periodic, freedAt)
+	if err := h.client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the etcd maintenance Job: %w", err)
+	}
+	return nil
+}
+
+// ensureEtcdClient makes BackupNamespace, its NetworkPolicy, and the etcd client certificate of
+// s's snapshot and maintenance Jobs there.
+func (b *Backend) ensureEtcdClient(ctx context.Context, h *host, s *Spec) error {
+	bs := s.backupSpec()
+	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy()} {
+		if err := h.apply(ctx, obj); err != nil {
+			return err
+		}
+	}
+	ca, err := b.etcdCA(ctx, h, s)
+	if err != nil {
+		return err
+	}
+	_, _, err = ensureLeaf(ctx, h.client, bs, namesFor(s.Namespace).secret, ca,
+		certs.Leaf{CommonName: snapshotUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	return err
+}
+
+// MaintenanceJob is the Job (in BackupNamespace: s is a backupSpec) of one maintenance pass over
+// the etcd members of cp's control plane.
+func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.Job {
+	names := namesFor(cp.Namespace)
+	const pki = "/etc/etcd/pki"
+	args := []string{"maintain", "--quota=" + strconv.FormatInt(cp.etcdQuota(), 10), "--freed-at=" + strconv.FormatInt(freedAt, 10),
+		"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"}
+	if periodic {
+		args = append(args, "--defrag")
+	}
+	if cp.HighAvailability {
+		for i := range haEtcdMembers {
+			args = append(args, fmt.Sprintf("--member=%s-%d=https://%s:%d", NameEtcd, i, etcdMember(cp.Namespace, i), portEtcd))
+		}
+	} else {
+		args = append(args, fmt.Sprintf("--member=%s-0=https://%s.%s.svc:%d", NameEtcd, NameEtcd, cp.Namespace, portEtcd))
+	}
+	pod := s.podSpec(ComponentMaintain, []corev1.Container{{
+		Name:    ComponentMaintain,
+		Image:   cp.Image,
+		Command: []string{binDir + "etcd-snapshot"},
+		Args:    args,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: "pki", MountPath: pki, ReadOnly: true}},
+	}})
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Volumes = append(pod.Volumes,
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.secret, DefaultMode: ptr.To[int32](0o440)}}})
+	m := s.meta(names.maintain, ComponentMaintain)
+	m.Annotations[annotationPeriodic] = strconv.FormatBool(periodic)
+	return &batchv1.Job{
+		TypeMeta:   typeMeta("batch/v1", "Job"),
+		ObjectMeta: m,
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To[int32](0),
+			ActiveDeadlineSeconds: ptr.To(int64(maintainDeadline.Seconds())),
+			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentMaintain), Spec: pod},
+		},
+	}
+}
+
+// podResult decodes the termination message of job's pod into out.
+func podResult(ctx context.Context, h *host, job *batchv1.Job, out any) error {
+	pods := &corev1.PodList{}
+	if err := h.client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
+		return err
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Status.ContainerStatuses {
+			if t := c.State.Terminated; t != nil && t.Message != "" {
+				if err := json.Unmarshal([]byte(t.Message), out); err != nil {
+					return fmt.Errorf("its pod %s says %q", p.Name, t.Message)
+				}
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("its pod left no result (the control-plane image %s may lack %s: rebuild it with make controlplane-image)", imageOf(job), binDir+"etcd-snapshot")
+}

@@ -1,0 +1,193 @@
+package hosted
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
+)
+
+// backdate moves the times of cl's etcd maintenance record back by d, as if that long had passed.
+func backdate(t *testing.T, cl *clustersv1alpha1.Cluster, d time.Duration) {
+	t.Helper()
+	cm := get(t, &corev1.ConfigMap{}, NamespaceFor(cl.UID), NameRecord)
+	var ps providerStatus
+	require.NoError(t, json.Unmarshal([]byte(cm.Data[recordKey]), &ps))
+	require.NotNil(t, ps.Etcd)
+	for _, at := range []*time.Time{&ps.Etcd.Checked, &ps.Etcd.Tried, &ps.Etcd.Periodic} {
+		if !at.IsZero() {
+			*at = at.Add(-d)
+		}
+	}
+	data, err := json.Marshal(ps)
+	require.NoError(t, err)
+	cm.Data[recordKey] = string(data)
+	require.NoError(t, env.Client.Update(t.Context(), cm))
+}
+
+func report(t *testing.T, r etcdmaint.Report) string {
+	t.Helper()
+	data, err := json.Marshal(r)
+	require.NoError(t, err)
+	return string(data)
+}
+
+// TestEtcdMaintenance: once a control plane serves, a maintenance Job checks its etcd (the
+// control plane's image, its etcd client certificate, every member, etcd's NetworkPolicy lets it
+// in) and its report is the EtcdHealthy part; a full etcd is not Ready (EtcdNoSpace), and is
+// checked again a minute later until the alarm is gone; an etcd member that runs but is not ready
+// is checked too; every six hours a pass defragments; a Job that fails changes nothing it knew,
+// and the next waits twice as long.
+func TestEtcdMaintenance(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("maint")
+	ns := NamespaceFor(cl.UID)
+	name := namesFor(ns).maintain
+	s := h.ensure(t, cl)
+	assert.Nil(t, s.Etcd, "not checked before it serves")
+	assertNoJob := func(msg string) {
+		t.Helper()
+		require.Error(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, &batchv1.Job{}), msg)
+	}
+	assertNoJob("no Job before the control plane serves")
+	h.etcdUp(t, cl)
+	rolledOutNow(t, cl)
+	s = h.ensure(t, cl)
+	require.True(t, s.Ready, "%s", s.Message)
+	assert.Nil(t, s.Etcd, "a Job checks first")
+	job := get(t, &batchv1.Job{}, BackupNamespace, name)
+	ctr := job.Spec.Template.Spec.Containers[0]
+	assert.Equal(t, image1, ctr.Image)
+	assert.Equal(t, []string{"/usr/local/bin/etcd-snapshot"}, ctr.Command)
+	assert.Contains(t, ctr.Args, "maintain")
+	assert.Contains(t, ctr.Args, "--member=etcd-0=https://etcd."+ns+".svc:2379")
+	assert.Contains(t, ctr.Args, "--quota=1073741824", "an emptyDir's quota")
+	assert.NotContains(t, ctr.Args, "--defrag", "a new database needs none")
+	np := get(t, &networkingv1.NetworkPolicy{}, ns, NameEtcd)
+	admitted := false
+	for _, r := range np.Spec.Ingress {
+		for _, from := range r.From {
+			admitted = admitted || (from.NamespaceSelector != nil && from.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] == BackupNamespace &&
+				selects(t, from.PodSelector, job.Spec.Template.Labels) && r.Ports[0].Port.IntVal == portEtcd)
+		}
+	}
+	assert.True(t, admitted, "etcd's NetworkPolicy lets the maintenance Job in")
+	get(t, &corev1.Secret{}, BackupNamespace, namesFor(ns).secret)
+	assert.LessOrEqual(t, s.RetryAfter, 5*time.Second, "looked at again soon")
+
+	// The report is the EtcdHealthy part, and the recorded state.
+	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
+		Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
+	s = h.ensure(t, cl)
+	require.NotNil(t, s.Etcd)
+	assert.True(t, s.Etcd.Ready)
+	assert.Equal(t, "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.", s.Etcd.Message)
+	assert.Equal(t, int64(3<<20), record(t, cl).Etcd.DBSize)
+	forceGone(t, name)
+	s = h.ensure(t, cl)
+	assertNoJob("none due")
+	assert.Greater(t, s.RetryAfter, 5*time.Hour, "the next, periodic, in six hours")
+
+	// An etcd member that runs but has not been ready for a while (a NOSPACE alarm fails etcd's
+	// readiness check): checked, once a minute has passed since the last Job.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-0", Labels: (&Spec{Cluster: ClusterRef{UID: cl.UID}}).selector(ComponentEtcd)},
+		Spec: get(t, &appsv1.StatefulSet{}, ns, NameEtcd).Spec.Template.Spec}
+	require.NoError(t, env.Client.Create(t.Context(), pod))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: containerEtcd, Image: image1, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
+	require.NoError(t, env.Client.Status().Update(t.Context(), pod))
+	require.Eventually(t, func() bool { // the backend's cache sees the pod
+		h.ensure(t, cl)
+		return env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, &batchv1.Job{}) == nil ||
+			record(t, cl).Etcd.Tried.After(time.Now().Add(-maintainAgain))
+	}, 10*time.Second, 50*time.Millisecond)
+	assertNoJob("not within a minute of the last Job")
+	backdate(t, cl, 2*time.Minute)
+	require.Eventually(t, func() bool {
+		h.ensure(t, cl)
+		return env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, &batchv1.Job{}) == nil
+	}, 10*time.Second, 50*time.Millisecond, "a suspect member is checked")
+	full := etcdmaint.Report{Quota: 1 << 30, NoSpace: true, Revision: 900, FreedAt: 900, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 1 << 30}},
+		Message: "etcd's database reached its quota (…): the cluster serves reads and deletes but takes no writes. Delete objects you do not need (kubectl delete)"}
+	endJob(t, name, batchv1.JobComplete, report(t, full))
+	// etcd's readiness check fails on the alarm: the StatefulSet has no ready member.
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	sts.Status.ReadyReplicas = 0
+	require.NoError(t, env.Client.Status().Update(t.Context(), sts))
+	require.Eventually(t, func() bool {
+		s = h.ensure(t, cl)
+		return s.Etcd != nil && !s.Etcd.Ready && !s.Ready
+	}, 10*time.Second, 50*time.Millisecond)
+	assert.Equal(t, backend.ReasonEtcdNoSpace, s.Etcd.Reason)
+	assert.Equal(t, backend.ReasonEtcdNoSpace, s.Reason, "what keeps it from Ready")
+	assert.Contains(t, s.Message, "Delete objects")
+	assert.LessOrEqual(t, s.RetryAfter, maintainAgain, "checked again within a minute")
+
+	// A minute later, again, with the revision it was freed at.
+	forceGone(t, name)
+	backdate(t, cl, 2*time.Minute)
+	h.ensure(t, cl)
+	job = get(t, &batchv1.Job{}, BackupNamespace, name)
+	assert.Contains(t, job.Spec.Template.Spec.Containers[0].Args, "--freed-at=900")
+	// A Job that fails changes nothing known.
+	endJob(t, name, batchv1.JobFailed, "")
+	s = h.ensure(t, cl)
+	require.NotNil(t, s.Etcd)
+	assert.False(t, s.Etcd.Ready, "still full, as far as is known")
+	assert.Equal(t, 1, record(t, cl).Etcd.Failures)
+	forceGone(t, name)
+	backdate(t, cl, 90*time.Second)
+	h.ensure(t, cl)
+	assertNoJob("after a failed Job, the next waits twice as long")
+	backdate(t, cl, time.Minute)
+	h.ensure(t, cl)
+	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Disarmed: true, Revision: 950, FreedAt: 950,
+		Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 40 << 20}}, Message: "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm"}))
+	require.NoError(t, env.Client.Delete(t.Context(), pod))
+	s = h.ensure(t, cl)
+	require.NotNil(t, s.Etcd)
+	assert.True(t, s.Etcd.Ready, "disarmed: %s", s.Etcd.Message)
+	assert.Zero(t, record(t, cl).Etcd.Failures, "a report ends the backoff")
+	forceGone(t, name)
+
+	// Six hours on: the periodic pass, which may defragment.
+	backdate(t, cl, maintainEvery+time.Minute)
+	h.ensure(t, cl)
+	job = get(t, &batchv1.Job{}, BackupNamespace, name)
+	assert.Contains(t, job.Spec.Template.Spec.Containers[0].Args, "--defrag")
+	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Defragmented: []string{"etcd-0"},
+		Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 20 << 20}}, Message: "etcd takes writes; defragmented etcd-0."}))
+	h.ensure(t, cl)
+	rec := record(t, cl).Etcd
+	assert.Equal(t, []string{"etcd-0"}, rec.Defragmented)
+	assert.WithinDuration(t, time.Now(), rec.Periodic, time.Minute, "the next periodic pass in six hours")
+
+	// Deleting the Cluster takes its Jobs with it.
+	forceGone(t, name)
+	backdate(t, cl, maintainEvery+time.Minute)
+	h.ensure(t, cl)
+	get(t, &batchv1.Job{}, BackupNamespace, name)
+	platform, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	_, err = h.b.gone(t.Context(), platform, cl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		j := &batchv1.Job{}
+		err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, j)
+		return err != nil || j.DeletionTimestamp != nil
+	}, 10*time.Second, 50*time.Millisecond, "the Job goes with its Cluster")
+}
