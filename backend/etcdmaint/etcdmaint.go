@@ -6,10 +6,12 @@
 // One pass (Maintain):
 //
 //   - NOSPACE (the database reached its quota: etcd takes reads and deletes, no writes): its
-//     history is compacted to the current revision and each member defragmented, one after the
-//     other; once every member is below DisarmAt of the quota, the alarm is disarmed and writes
-//     work again. Until then the report says NoSpace, and how to free space: delete objects; the
-//     next pass (at a new revision: nothing freed at the same one twice) frees and disarms.
+//     history is compacted to the current revision (once per revision) and each member
+//     defragmented, one after the other (at the same revision again only a member with free
+//     pages left: a follower frees what the compaction released in its own time); once every
+//     member is below DisarmAt of the quota, the alarm is disarmed and writes work again. Until
+//     then the report says NoSpace, and how to free space: delete objects; the next pass frees
+//     and disarms.
 //   - Otherwise, when a periodic defragmentation is due (Policy.Defrag), each member of at least
 //     DefragMinBytes whose free pages are half of its database or more is defragmented, one at a
 //     time, and only while every member answers: a member pauses while it defragments, and with
@@ -225,33 +227,34 @@ func Maintain(ctx context.Context, members []Member, p Policy, log func(msg stri
 		return r
 	}
 	// Full: the history goes (the API server compacts every 5 minutes anyway; watchers re-list),
-	// then the free pages; once per revision: nothing changed, nothing to free.
-	if p.FreedAt != r.Revision {
-		r.FreedAt = r.Revision
+	// once per revision, then the free pages: of every member at a new revision, later of each
+	// member that still has some (a follower frees what a compaction released in its own time).
+	fresh := p.FreedAt != r.Revision
+	r.FreedAt = r.Revision
+	if fresh {
 		if err := answered.compact(ctx, r.Revision); err != nil && !strings.Contains(err.Error(), "compacted") {
 			log("Compacting a full etcd failed", "err", err.Error())
 		}
-		for i, m := range members {
-			if status[i] == nil {
-				continue
-			}
+	}
+	for i, m := range members {
+		if st := status[i]; st != nil && (fresh || st.DBSizeInUse < st.DBSize/10*9) {
 			r.defrag(ctx, m, log)
 		}
-		status, _ = r.survey(ctx, members)
-		if r.belowDisarm(status) {
-			var errs []error
-			for _, a := range full {
-				errs = append(errs, answered.disarm(ctx, a))
-			}
-			err := errors.Join(errs...)
-			if err == nil {
-				log("etcd's database is below its quota again: disarmed its NOSPACE alarm", "bytes", r.Largest(), "quota", p.Quota)
-				r.Disarmed = true
-				r.Message = "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm: it takes writes again. " + r.healthy()
-				return r
-			}
-			log("Disarming etcd's NOSPACE alarm failed", "err", err.Error())
+	}
+	status, _ = r.survey(ctx, members)
+	if r.belowDisarm(status) {
+		var errs []error
+		for _, a := range full {
+			errs = append(errs, answered.disarm(ctx, a))
 		}
+		err := errors.Join(errs...)
+		if err == nil {
+			log("etcd's database is below its quota again: disarmed its NOSPACE alarm", "bytes", r.Largest(), "quota", p.Quota)
+			r.Disarmed = true
+			r.Message = "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm: it takes writes again. " + r.healthy()
+			return r
+		}
+		log("Disarming etcd's NOSPACE alarm failed", "err", err.Error())
 	}
 	r.NoSpace = true
 	r.Message = fmt.Sprintf("etcd's database reached its quota (%d of %d bytes, %d in use after compaction and defragmentation): the cluster serves reads and deletes but takes no writes. "+
@@ -261,11 +264,13 @@ func Maintain(ctx context.Context, members []Member, p Policy, log func(msg stri
 }
 
 // survey asks every member for its status, fills r.Members (and r.Revision, the first time) and
-// returns the statuses (nil for a member that did not answer) and a member that answered.
+// returns the statuses (nil for a member that did not answer) and the member that answered with
+// the latest revision (a follower may lag behind a write by a moment).
 func (r *Report) survey(ctx context.Context, members []Member) ([]*Status, *Member) {
 	status := make([]*Status, len(members))
 	r.Members = make([]MemberReport, len(members))
 	var answered *Member
+	var rev int64
 	for i, m := range members {
 		r.Members[i].Name = m.Name
 		st, err := m.Status(ctx)
@@ -275,12 +280,12 @@ func (r *Report) survey(ctx context.Context, members []Member) ([]*Status, *Memb
 		}
 		status[i] = &st
 		r.Members[i].DBSize, r.Members[i].DBSizeInUse = st.DBSize, st.DBSizeInUse
-		if answered == nil {
-			answered = &members[i]
-			if r.Revision == 0 {
-				r.Revision = st.Header.Revision
-			}
+		if answered == nil || st.Header.Revision > rev {
+			answered, rev = &members[i], st.Header.Revision
 		}
+	}
+	if r.Revision == 0 {
+		r.Revision = rev
 	}
 	return status, answered
 }
