@@ -156,7 +156,7 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 
 // Keep reports whether the pair certPEM/keyPEM can stay: it reads, the key belongs to the
 // certificate, ca signed it, its renewal time (the Lifetime's RenewBefore its end) has not come,
-// and it names l's subject and every one of l's hosts.
+// and it names l's subject and every one of l's hosts, for l's usages.
 func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
 		return false
@@ -175,7 +175,10 @@ func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 			return false
 		}
 	}
-	return true
+	want, have := slices.Clone(l.Usages), slices.Clone(c.ExtKeyUsage)
+	slices.Sort(want)
+	slices.Sort(have)
+	return slices.Equal(want, have)
 }
 
 // NotAfter is when the first certificate of certPEM ends.

@@ -28,10 +28,12 @@ func TestKeep(t *testing.T) {
 		want      bool
 	}{
 		{"as issued", cert, key, serving, true},
-		{"a subset of its hosts", cert, key, Leaf{CommonName: serving.CommonName, Hosts: []string{"10.0.0.1"}}, true},
-		{"a new host", cert, key, Leaf{CommonName: serving.CommonName, Hosts: append([]string{"203.0.113.9"}, serving.Hosts...)}, false},
-		{"another subject", cert, key, Leaf{CommonName: "admin", Hosts: serving.Hosts}, false},
-		{"another organization", cert, key, Leaf{CommonName: serving.CommonName, Organization: []string{"system:masters"}}, false},
+		{"a subset of its hosts", cert, key, Leaf{CommonName: serving.CommonName, Hosts: []string{"10.0.0.1"}, Usages: serving.Usages}, true},
+		{"another usage too", cert, key, Leaf{CommonName: serving.CommonName, Hosts: serving.Hosts,
+			Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
+		{"a new host", cert, key, Leaf{CommonName: serving.CommonName, Hosts: append([]string{"203.0.113.9"}, serving.Hosts...), Usages: serving.Usages}, false},
+		{"another subject", cert, key, Leaf{CommonName: "admin", Hosts: serving.Hosts, Usages: serving.Usages}, false},
+		{"another organization", cert, key, Leaf{CommonName: serving.CommonName, Organization: []string{"system:masters"}, Usages: serving.Usages}, false},
 		{"a key of another certificate", cert, otherKey, serving, false},
 		{"signed by another CA", foreignCert, foreignKey, serving, false},
 		{"garbage", []byte("x"), []byte("y"), serving, false},

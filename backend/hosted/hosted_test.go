@@ -185,9 +185,14 @@ func TestEnsureMakesTheControlPlane(t *testing.T) {
 		sec := get(t, &corev1.Secret{}, ns, name)
 		assert.NotEmpty(t, sec.Data, name)
 	}
+	// etcd's serving certificate authenticates clients too: etcd's gRPC gateway (the maintenance
+	// Jobs' way in) dials etcd's own client port with it, and etcd refuses a certificate without.
+	etcdCert, err := certutil.ParseCertsPEM(get(t, &corev1.Secret{}, ns, SecretEtcdServer).Data["tls.crt"])
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, etcdCert[0].ExtKeyUsage)
 	cm := get(t, &corev1.ConfigMap{}, ns, NameAuthn)
 	assert.Equal(t, authconfig.Empty, cm.Data[authnKey])
-	err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &appsv1.Deployment{})
+	err = env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: NameAPIServer}, &appsv1.Deployment{})
 	assert.True(t, apierrors.IsNotFound(err), "the API server waits for etcd: %v", err)
 	h.etcdUp(t, cl)
 	s = h.ensure(t, cl)
@@ -534,7 +539,7 @@ func TestCertificatesRenewed(t *testing.T) {
 	parsed, err := certs.ParseCA(caNow.Data["ca.crt"], caNow.Data["ca.key"])
 	require.NoError(t, err)
 	parsed.Lifetime = certs.Lifetime{Validity: 10 * time.Minute, RenewBefore: time.Second}
-	assert.True(t, parsed.Keep(renewed.Data["tls.crt"], renewed.Data["tls.key"], certs.Leaf{CommonName: "kube-apiserver"}), "signed by the same CA")
+	assert.True(t, parsed.Keep(renewed.Data["tls.crt"], renewed.Data["tls.key"], certs.Leaf{CommonName: "kube-apiserver", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}), "signed by the same CA")
 	require.Eventually(t, func() bool {
 		h.ensure(t, cl)
 		return get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates] != sum

@@ -97,7 +97,9 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	}
 	leaves := []leafSecret{
 		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
-		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
+		// Client too: etcd's gRPC gateway (/v3/… over HTTPS, the maintenance Jobs' way in) dials
+		// etcd's own client port presenting this certificate.
+		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
 		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
 		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
 	}

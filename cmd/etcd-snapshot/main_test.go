@@ -174,3 +174,60 @@ func TestMaintain(t *testing.T) {
 
 	require.Error(t, maintain(t.Context(), []string{"--quota=1", "--result=" + result}), "no member")
 }
+
+// TestMaintainTLS: maintain reaches an etcd that serves TLS with client certificates (as the
+// hosted etcd does) through the client certificate, the CA and the member's DNS name.
+func TestMaintainTLS(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		testenv.MissingTool(t, "the envtest assets (etcd: make envtest)", err)
+	}
+	dir := t.TempDir()
+	ca, err := certs.NewCA("etcd-ca")
+	require.NoError(t, err)
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, data, 0o600))
+		return p
+	}
+	srvCert, srvKey, err := ca.Issue(certs.Leaf{CommonName: "etcd", Hosts: []string{"localhost", "127.0.0.1"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	cliCert, cliKey, err := ca.Issue(certs.Leaf{CommonName: "etcd-snapshot", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+	caFile := write("ca.crt", ca.CertPEM)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	client := fmt.Sprintf("https://localhost:%d", port)
+	peer := "http://127.0.0.1:" + freePortOf(t)
+	cmd := exec.Command(filepath.Join(assets, "etcd"), "--data-dir="+filepath.Join(dir, "data"),
+		"--listen-client-urls=https://127.0.0.1:"+fmt.Sprint(port), "--advertise-client-urls="+client,
+		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=default="+peer,
+		"--cert-file="+write("server.crt", srvCert), "--key-file="+write("server.key", srvKey),
+		"--trusted-ca-file="+caFile, "--client-cert-auth=true", "--log-level=error")
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	result := filepath.Join(dir, "result")
+	args := []string{"--member=etcd-0=" + client, "--quota=1073741824", "--result=" + result,
+		"--cacert=" + caFile, "--cert=" + write("tls.crt", cliCert), "--key=" + write("tls.key", cliKey)}
+	var r etcdmaint.Report
+	require.Eventually(t, func() bool {
+		require.NoError(t, maintain(t.Context(), args))
+		data, err := os.ReadFile(result)
+		require.NoError(t, err)
+		r = etcdmaint.Report{}
+		require.NoError(t, json.Unmarshal(data, &r))
+		return !r.Unreachable
+	}, 30*time.Second, 200*time.Millisecond, "maintain reaches etcd over TLS: %+v", &r)
+	assert.Positive(t, r.Members[0].DBSize)
+	assert.Contains(t, r.Message, "etcd takes writes")
+}
+
+func freePortOf(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
+}
