@@ -10,12 +10,16 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -62,4 +66,46 @@ func TestHostedScopeOnKind(t *testing.T) {
 	// Its own namespaces stay writable: a new control plane's namespace.
 	require.NoError(t, op.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hcp-scope-check"}}, client.DryRunAll))
 	t.Logf("refused as %s: %s", sa, strings.TrimSpace(string(out)))
+}
+
+// checkPolicies checks the NetworkPolicies of cl's control plane against the kind platform (whose
+// network plugin does not enforce them: selectors and ports are what can be checked): its
+// namespace denies by default, each of its pods is selected by a policy of its own component, and
+// the DNS its pods may ask is the platform's real DNS pods.
+func checkPolicies(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	ns := hosted.NamespaceFor(cl.UID)
+	nps := &networkingv1.NetworkPolicyList{}
+	require.NoError(t, c.List(ctx, nps, client.InNamespace(ns)))
+	pods := &corev1.PodList{}
+	require.NoError(t, c.List(ctx, pods, client.InNamespace(ns)))
+	require.NotEmpty(t, pods.Items)
+	deny := false
+	for _, np := range nps.Items {
+		if np.Name == hosted.NameDefaultDeny {
+			deny = len(np.Spec.PodSelector.MatchLabels) == 0 && len(np.Spec.Ingress) == 0 && len(np.Spec.Egress) == 0 && len(np.Spec.PolicyTypes) == 2
+		}
+		for _, e := range np.Spec.Egress {
+			for _, to := range e.To {
+				if to.PodSelector == nil || to.NamespaceSelector == nil || to.NamespaceSelector.MatchLabels[corev1.LabelMetadataName] != "kube-system" {
+					continue
+				}
+				dns := &corev1.PodList{}
+				require.NoError(t, c.List(ctx, dns, client.InNamespace("kube-system"), client.MatchingLabels(to.PodSelector.MatchLabels)))
+				assert.NotEmpty(t, dns.Items, "NetworkPolicy %s/%s lets DNS be asked of pods %v of kube-system: the platform has some", ns, np.Name, to.PodSelector.MatchLabels)
+			}
+		}
+	}
+	assert.True(t, deny, "namespace %s denies by default (NetworkPolicy %s)", ns, hosted.NameDefaultDeny)
+	for _, p := range pods.Items {
+		own := false
+		for _, np := range nps.Items {
+			if np.Name != hosted.NameDefaultDeny && len(np.Spec.PodSelector.MatchLabels) > 0 &&
+				labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels).Matches(labels.Set(p.Labels)) {
+				own = true
+			}
+		}
+		assert.True(t, own, "pod %s/%s is selected by a policy of its component", ns, p.Name)
+	}
 }
