@@ -23,7 +23,8 @@
 #      nodes: first as openMCP deploys it (deploy/openmcp/clusterprovider-hosted.yaml through
 #      hack/openmcpshape: two stateless replicas, --hosted-backend) with TestScenarioHostedOnKind
 #      (the scenario suite against a hosted profile, clients reaching the NodePorts from this
-#      machine); then deploy/hosted with TestHostedOnKind (ten Clusters spread over the workers, the
+#      machine); then deploy/hosted with TestHostedScopeOnKind (the operator's ServiceAccount may not
+#      annotate a pod of kube-system nor make a Deployment in default) and TestHostedOnKind (ten Clusters spread over the workers, the
 #      operator's pods deleted and rolled to another image under polling clients, control-plane
 #      pods deleted, figures) and TestHostedUpgradeOnKind (a Cluster made from
 #      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
@@ -211,7 +212,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

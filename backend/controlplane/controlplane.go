@@ -71,11 +71,14 @@ type APIServerFiles struct {
 	ServingCert, ServingKey, ClientCA           string
 	ServiceAccountKey, ServiceAccountSigningKey string
 	AuthenticationConfig                        string
+	// EncryptionConfig is the EncryptionConfiguration of the encryption at rest (backend/encryption);
+	// "" for none.
+	EncryptionConfig string
 }
 
 // APIServerArgs are the flags of a cluster's kube-apiserver that every backend sets alike.
 func APIServerArgs(f APIServerFiles, serviceCIDR string) []string {
-	return []string{
+	args := []string{
 		"--tls-cert-file=" + f.ServingCert,
 		"--tls-private-key-file=" + f.ServingKey,
 		"--client-ca-file=" + f.ClientCA,
@@ -86,6 +89,11 @@ func APIServerArgs(f APIServerFiles, serviceCIDR string) []string {
 		"--authorization-mode=RBAC",
 		"--authentication-config=" + f.AuthenticationConfig,
 		"--profiling=false",
+	}
+	if f.EncryptionConfig != "" {
+		args = append(args, "--encryption-provider-config="+f.EncryptionConfig)
+	}
+	return append(args,
 		// API Priority and Fairness shares the in-flight limits between flows (users, service
 		// accounts), so one client listing large objects in a loop queues behind its own share
 		// instead of starving the controller manager and the cluster's other users. The limits are
@@ -93,10 +101,10 @@ func APIServerArgs(f APIServerFiles, serviceCIDR string) []string {
 		// or nodes calling in, and every request in flight holds memory
 		// (docs/benchmarks.md, "Noisy neighbour").
 		"--enable-priority-and-fairness=true",
-		"--max-requests-inflight=" + strconv.Itoa(MaxRequestsInflight),
-		"--max-mutating-requests-inflight=" + strconv.Itoa(MaxMutatingRequestsInflight),
+		"--max-requests-inflight="+strconv.Itoa(MaxRequestsInflight),
+		"--max-mutating-requests-inflight="+strconv.Itoa(MaxMutatingRequestsInflight),
 		"--v=0",
-	}
+	)
 }
 
 // The controllers of a cluster's kube-controller-manager: what a workerless Gardener shoot runs

@@ -112,6 +112,12 @@ func (m Member) timeout() time.Duration {
 	return 5 * time.Second
 }
 
+// Post posts in as JSON to path of m's gateway (a question: within m's Timeout) and decodes its
+// answer into out (nil: none).
+func (m Member) Post(ctx context.Context, path string, in, out any) error {
+	return m.post(ctx, m.timeout(), path, in, out)
+}
+
 // post posts in as JSON to path of m's gateway and decodes its answer into out, within timeout.
 func (m Member) post(ctx context.Context, timeout time.Duration, path string, in, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -269,6 +269,7 @@ func (s *Spec) Objects() []client.Object {
 		s.EtcdMetricsService(),
 		s.InternalService(),
 		s.ExternalService(),
+		s.DefaultDenyNetworkPolicy(),
 		s.EtcdNetworkPolicy(),
 		s.APIServerNetworkPolicy(),
 	}
@@ -518,11 +519,34 @@ func (s *Spec) EtcdNetworkPolicy() *networkingv1.NetworkPolicy {
 	return np
 }
 
-// dnsEgress lets a pod ask DNS.
+// dnsEgress lets a pod ask the host cluster's DNS (CoreDNS or kube-dns in kube-system, which the
+// kube-dns Service's address leads to), no other address on port 53.
 func dnsEgress() networkingv1.NetworkPolicyEgressRule {
-	return networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{
-		{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53),
-	}}
+	return networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: metav1.NamespaceSystem}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(intstr.FromInt32(53))}, tcpPort(53)},
+	}
+}
+
+// NameDefaultDeny is the NetworkPolicy of a control plane's namespace that denies every pod
+// there all traffic but what the policies of its components allow (EtcdNetworkPolicy,
+// APIServerNetworkPolicy): a pod the backend does not know of reaches nothing and nothing reaches it.
+const NameDefaultDeny = "default-deny"
+
+// DefaultDenyNetworkPolicy selects every pod of the control plane's namespace, for both
+// directions, with no rule.
+func (s *Spec) DefaultDenyNetworkPolicy() *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
+		ObjectMeta: s.meta(NameDefaultDeny, ""),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		},
+	}
 }
 
 // privateRanges are the addresses an API server may not reach an OIDC issuer on unless the

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -160,8 +161,13 @@ func TestNetworkPolicies(t *testing.T) {
 			// To its own etcd only.
 			assert.Equal(t, s.selector(ComponentEtcd), np.Spec.Egress[0].To[0].PodSelector.MatchLabels)
 			assert.Equal(t, intstr.FromInt32(2379), *np.Spec.Egress[0].Ports[0].Port)
-			// DNS.
+			// DNS: the host's DNS pods only.
 			assert.Len(t, np.Spec.Egress[1].Ports, 2)
+			require.Len(t, np.Spec.Egress[1].To, 1)
+			dns := np.Spec.Egress[1].To[0]
+			assert.Nil(t, dns.IPBlock, "not any address on port 53")
+			assert.Equal(t, map[string]string{corev1.LabelMetadataName: "kube-system"}, dns.NamespaceSelector.MatchLabels)
+			assert.Equal(t, map[string]string{"k8s-app": "kube-dns"}, dns.PodSelector.MatchLabels)
 			// The issuers' ports.
 			var ports []int32
 			for _, p := range np.Spec.Egress[2].Ports {
@@ -477,7 +483,7 @@ func TestHighAvailabilityPlan(t *testing.T) {
 	assert.Equal(t, int32(1), *single.APIServerDeployment().Spec.Replicas)
 	assert.Empty(t, single.APIServerDeployment().Spec.Template.Spec.PriorityClassName)
 	assert.Empty(t, single.EtcdStatefulSet().Spec.Template.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution)
-	assert.Len(t, single.Objects(), 6, "no budget, no peer Service")
+	assert.Len(t, single.Objects(), 7, "no budget, no peer Service")
 	assert.Equal(t, "https://etcd."+ns+".svc:2379", flags(t, container(t, single.APIServerDeployment().Spec.Template.Spec, containerAPIServer).Args)["--etcd-servers"])
 }
 
@@ -533,5 +539,36 @@ func TestRestorePlan(t *testing.T) {
 		assert.Equal(t, intstr.FromInt32(portServe), *last.Ports[0].Port, "%+v", np.Spec.Egress)
 		assert.Equal(t, s.selector(ComponentServe), last.To[0].PodSelector.MatchLabels)
 		assert.Equal(t, "restored-20261126T010000Z", s.APIServerDeployment().Spec.Template.Annotations[AnnotationRestored])
+	}
+}
+
+// TestDefaultDeny: every control plane's namespace denies all traffic to and from any pod but
+// what its components' policies allow; each pod the backend makes is selected by one of those.
+func TestDefaultDeny(t *testing.T) {
+	for _, ha := range []bool{false, true} {
+		s := testSpec()
+		s.HighAvailability, s.StorageClassName = ha, "standard"
+		np := s.DefaultDenyNetworkPolicy()
+		assert.Equal(t, s.Namespace, np.Namespace)
+		assert.Empty(t, np.Spec.PodSelector.MatchLabels, "every pod")
+		assert.Empty(t, np.Spec.PodSelector.MatchExpressions, "every pod")
+		assert.ElementsMatch(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}, np.Spec.PolicyTypes)
+		assert.Empty(t, np.Spec.Ingress)
+		assert.Empty(t, np.Spec.Egress)
+		assert.Contains(t, s.Objects(), client.Object(np), "made with the control plane")
+		for _, w := range s.Workloads() {
+			var tmpl map[string]string
+			switch o := w.(type) {
+			case *appsv1.StatefulSet:
+				tmpl = o.Spec.Template.Labels
+			case *appsv1.Deployment:
+				tmpl = o.Spec.Template.Labels
+			}
+			selected := false
+			for _, p := range []*networkingv1.NetworkPolicy{s.EtcdNetworkPolicy(), s.APIServerNetworkPolicy()} {
+				selected = selected || labels.SelectorFromSet(p.Spec.PodSelector.MatchLabels).Matches(labels.Set(tmpl))
+			}
+			assert.True(t, selected, "%s's pods have a policy of their own", w.GetName())
+		}
 	}
 }

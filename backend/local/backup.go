@@ -61,6 +61,9 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	in.mu.Lock()
 	running := in.meta.Version
 	in.mu.Unlock()
+	if err := b.keepKeysWithSnapshot(in); err != nil {
+		return backend.Snapshot{}, err
+	}
 	s, err := b.store(in.bins).Take(ctx, cl.UID, running, in.dir, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
 		return backend.Snapshot{}, err
@@ -293,6 +296,9 @@ func (b *Backend) restoreData(dir string, bins Binaries, m *meta, now time.Time)
 	}
 	if err := os.Rename(staging, filepath.Join(dir, etcdDataDir)); err != nil {
 		return aside, fmt.Errorf("putting the restored data in place: %w", err)
+	}
+	if err := b.adoptSnapshotKeys(dir, *s); err != nil {
+		return aside, fmt.Errorf("adding the snapshot's encryption keys: %w", err)
 	}
 	m.Restoring, m.DataLost, m.LostPart = nil, nil, ""
 	return aside, nil

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
 
 // The service range of a local cluster (see controlplane.DefaultServiceCIDR). Clusters created
@@ -100,6 +101,7 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []
 		ServingCert: filepath.Join(pki, servingCertFile), ServingKey: filepath.Join(pki, servingKeyFile),
 		ClientCA: filepath.Join(pki, caCertFile), ServiceAccountKey: filepath.Join(pki, saPubFile),
 		ServiceAccountSigningKey: filepath.Join(pki, saKeyFile), AuthenticationConfig: filepath.Join(dir, authConfigFile),
+		EncryptionConfig: filepath.Join(dir, encryption.ConfigFile),
 	}, serviceCIDR),
 		"--etcd-servers=unix://"+etcdSocket, // relative to the cluster's folder, its working directory
 		"--bind-address="+bindAddress(advertiseHost),

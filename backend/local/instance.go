@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
 
 // Supervision timing.
@@ -85,6 +86,11 @@ type instance struct {
 	freedAt   int64 // the revision at which a full etcd was last compacted and defragmented
 	pids      map[string]int
 	procs     map[string]*process
+	// enc is the cluster's encryption keys (encryption.go), rotate the rotation its Cluster asks
+	// for, encErr why the last rotation or rewrite failed.
+	enc    encryption.State
+	rotate string
+	encErr string
 
 	cancel  context.CancelFunc
 	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
@@ -137,6 +143,13 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	in.api.Message = "etcd and kube-apiserver " + bins.Version + " are starting."
 	in.kcm.Message = "kube-controller-manager " + bins.Version + " starts once the API server answers."
 	return in, nil
+}
+
+// adminConfig is the admin's config of in's API server.
+func (in *instance) adminConfig() *rest.Config {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return adminConfig(endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer), in.pki)
 }
 
 func adminConfig(host string, p *pki) *rest.Config {
@@ -445,8 +458,9 @@ func (in *instance) watchReady(ctx context.Context) {
 					in.restartHung(name)
 				}
 			}
-			// After the liveness checks: a defragmentation may take a while.
+			// After the liveness checks: a defragmentation or a rewrite may take a while.
 			in.checkEtcd(ctx)
+			in.keepEncrypted(ctx)
 			continue
 		}
 		for {
@@ -680,6 +694,8 @@ type providerStatus struct {
 	DataLost *time.Time `json:"dataLost,omitempty"`
 	// ServiceCIDR is the cluster's service range (so that a lost record is rebuilt with it).
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// Encryption is the state of its encryption at rest (no secret).
+	Encryption *encryptionStatus `json:"encryption,omitempty"`
 }
 
 func (in *instance) state() backend.State {
@@ -704,7 +720,7 @@ func (in *instance) state() backend.State {
 		Info:              fmt.Sprintf("%s v%s :%d", Name, version, in.meta.Ports.APIServer),
 		ProviderStatus: providerStatus{
 			Backend: Name, Version: "v" + in.meta.Version, Ports: in.meta.Ports, Restarts: in.restarts, DataLost: in.meta.DataLost,
-			ServiceCIDR: in.meta.serviceCIDR(),
+			ServiceCIDR: in.meta.serviceCIDR(), Encryption: in.encryptionStatusLocked(),
 		},
 		Restarts: in.restarts,
 		Restored: in.meta.Restored,

@@ -377,6 +377,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if up := b.upgrades[cl.UID]; up != nil {
 		return b.upgradeStateLocked(cl.UID, in, up), nil
 	}
+	in.setRotation(cl.Annotations[backend.AnnotationRotateEncryptionKey])
 	s := in.state()
 	s.Repaired = repaired
 	s.VersionChange = change // refused, or nil
@@ -538,10 +539,19 @@ func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, e
 			return nil, err
 		}
 	}
+	enc, err := ensureEncryption(dir)
+	if err != nil {
+		return nil, err
+	}
 	if err := writeMeta(dir, m); err != nil {
 		return nil, err
 	}
-	return newInstance(b, dir, m, bins, p)
+	in, err := newInstance(b, dir, m, bins, p)
+	if err != nil {
+		return nil, err
+	}
+	in.enc = enc
+	return in, nil
 }
 
 // loadPKI loads the PKI of cluster m in its folder dir, issuing what is missing or due.

@@ -55,6 +55,7 @@ func TestHostedBackupOnKind(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"written": "before the snapshots"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	t.Logf("etcd checked: %s", awaitEtcdHealthy(t, c, cl))
+	checkPolicies(t, c, cl)
 
 	start := time.Now()
 	first := awaitBackups(t, c, cl, 1)[0]

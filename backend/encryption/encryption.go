@@ -1,0 +1,234 @@
+// Package encryption is the encryption at rest of the clusters whose etcd a backend runs: each
+// cluster's Secrets are written to etcd encrypted (secretbox: XSalsa20 and Poly1305) with a key of
+// its own, which only the operator and the cluster's API server read. It holds the keys
+// (State), the EncryptionConfiguration kube-apiserver reads (--encryption-provider-config), and
+// the rewrite of every Secret that moves them to the key that writes (Rewrite).
+//
+// A State's first key writes, the others read. identity (plain text) is always the last
+// provider: it reads what was written before encryption (a cluster made by an earlier release, a
+// snapshot of one restored) until the rewrite; it never writes. A rotation puts a new key first
+// and rewrites every Secret with it; the old keys stay, read-only, so that a snapshot taken before
+// the rotation can still be restored: a restore needs the keys its Secrets were written with.
+package encryption
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+)
+
+// File names: the EncryptionConfiguration kube-apiserver reads, and the State it is made from.
+const (
+	ConfigFile = "encryption-config.yaml"
+	StateFile  = "encryption.json"
+)
+
+// Prefix is how etcd's value of an encrypted object begins: Prefix + the key's name + ":".
+const Prefix = "k8s:enc:secretbox:v1:"
+
+// Resources are what is encrypted.
+var Resources = []string{"secrets"}
+
+// Key is one encryption key.
+type Key struct {
+	// Name names it in etcd's values (Prefix + Name + ":").
+	Name string `json:"name"`
+	// Secret is its 32 bytes.
+	Secret []byte `json:"secret"`
+	// Created is when it was made.
+	Created time.Time `json:"created"`
+}
+
+// NewKey makes a key named after now.
+func NewKey(now time.Time) (Key, error) {
+	now = now.UTC().Truncate(time.Second)
+	k := Key{Name: "key-" + now.Format("20060102T150405Z"), Secret: make([]byte, 32), Created: now}
+	if _, err := rand.Read(k.Secret); err != nil {
+		return Key{}, err
+	}
+	return k, nil
+}
+
+// State is a cluster's keys: Keys[0] writes, the others read. Migrated is the key every Secret
+// was last rewritten with ("": not since the keys changed); Rotation is the value of the request
+// that made the last rotation (the Cluster's annotation).
+type State struct {
+	Keys     []Key  `json:"keys"`
+	Migrated string `json:"migrated,omitempty"`
+	Rotation string `json:"rotation,omitempty"`
+}
+
+// New is the State of a cluster without one: one key, every Secret still to rewrite (a cluster
+// made by an earlier release has them in plain text; a new one has few).
+func New(now time.Time) (State, error) {
+	k, err := NewKey(now)
+	if err != nil {
+		return State{}, err
+	}
+	return State{Keys: []Key{k}}, nil
+}
+
+// Writer is the name of the key that writes.
+func (s State) Writer() string {
+	if len(s.Keys) == 0 {
+		return ""
+	}
+	return s.Keys[0].Name
+}
+
+// Done reports whether every Secret is written with the key that writes.
+func (s State) Done() bool { return s.Migrated != "" && s.Migrated == s.Writer() }
+
+// Rotate puts a new key first for request, unless request made the last rotation (or is empty);
+// it reports whether it did. The Secrets are then to rewrite.
+func (s *State) Rotate(request string, now time.Time) (bool, error) {
+	if request == "" || request == s.Rotation {
+		return false, nil
+	}
+	k, err := NewKey(now)
+	if err != nil {
+		return false, err
+	}
+	if slices.ContainsFunc(s.Keys, func(x Key) bool { return x.Name == k.Name }) {
+		return false, fmt.Errorf("a key named %s exists: rotate again in a second", k.Name)
+	}
+	s.Keys = append([]Key{k}, s.Keys...)
+	s.Rotation = request
+	return true, nil
+}
+
+// Adopt adds the keys of another State (a snapshot's, restored into this cluster) that s lacks,
+// read-only, and marks every Secret to rewrite. It reports whether s changed.
+func (s *State) Adopt(keys []Key) bool {
+	changed := false
+	for _, k := range keys {
+		if !slices.ContainsFunc(s.Keys, func(x Key) bool { return x.Name == k.Name }) {
+			s.Keys = append(s.Keys, k)
+			changed = true
+		}
+	}
+	if s.Migrated != "" {
+		s.Migrated, changed = "", true
+	}
+	return changed
+}
+
+// Config is the EncryptionConfiguration of s, as kube-apiserver reads it.
+func (s State) Config() ([]byte, error) {
+	if len(s.Keys) == 0 {
+		return nil, errors.New("no encryption key")
+	}
+	keys := make([]apiserverv1.Key, len(s.Keys))
+	for i, k := range s.Keys {
+		if len(k.Secret) != 32 {
+			return nil, fmt.Errorf("encryption key %s has %d bytes, not 32", k.Name, len(k.Secret))
+		}
+		keys[i] = apiserverv1.Key{Name: k.Name, Secret: base64.StdEncoding.EncodeToString(k.Secret)}
+	}
+	cfg := apiserverv1.EncryptionConfiguration{
+		TypeMeta: metav1.TypeMeta{APIVersion: "apiserver.config.k8s.io/v1", Kind: "EncryptionConfiguration"},
+		Resources: []apiserverv1.ResourceConfiguration{{
+			Resources: Resources,
+			Providers: []apiserverv1.ProviderConfiguration{
+				{Secretbox: &apiserverv1.SecretboxConfiguration{Keys: keys}},
+				{Identity: &apiserverv1.IdentityConfiguration{}},
+			},
+		}},
+	}
+	return json.MarshalIndent(cfg, "", "  ")
+}
+
+// Load reads the State in folder dir; found is false when there is none.
+func Load(dir string) (s State, found bool, err error) {
+	data, err := os.ReadFile(filepath.Join(dir, StateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, false, nil
+	} else if err != nil {
+		return State{}, false, err
+	}
+	if err := json.Unmarshal(data, &s); err != nil || len(s.Keys) == 0 {
+		return State{}, false, fmt.Errorf("%s does not read as encryption keys (%v): left as it is; without its keys the cluster's Secrets cannot be read", filepath.Join(dir, StateFile), err)
+	}
+	return s, true, nil
+}
+
+// Save writes s and its EncryptionConfiguration into folder dir, readable by the operator only
+// (0600), each file replaced at once (write, then rename).
+func Save(dir string, s State) error {
+	state, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	cfg, err := s.Config()
+	if err != nil {
+		return err
+	}
+	// The state first: a config of keys the state lacks would be lost with the next Save.
+	if err := writeAtomic(filepath.Join(dir, StateFile), state); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(dir, ConfigFile), cfg)
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Rewrite rewrites every Secret of the cluster behind cfg unchanged: kube-apiserver stores each
+// again with the key that writes (one read with another key, or as plain text, is stale and so is
+// written although nothing changed). It returns how many it rewrote.
+func Rewrite(ctx context.Context, cfg *rest.Config) (int, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	opts := metav1.ListOptions{Limit: 250}
+	for {
+		list, err := cs.CoreV1().Secrets("").List(ctx, opts)
+		if err != nil {
+			return n, fmt.Errorf("listing Secrets: %w", err)
+		}
+		for i := range list.Items {
+			sec := &list.Items[i]
+			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				_, err := cs.CoreV1().Secrets(sec.Namespace).Update(ctx, sec, metav1.UpdateOptions{})
+				if apierrors.IsConflict(err) {
+					if cur, gerr := cs.CoreV1().Secrets(sec.Namespace).Get(ctx, sec.Name, metav1.GetOptions{}); gerr == nil {
+						sec = cur
+					}
+				}
+				return err
+			})
+			switch {
+			case apierrors.IsNotFound(err): // deleted meanwhile: nothing to rewrite
+			case err != nil:
+				return n, fmt.Errorf("rewriting Secret %s/%s: %w", sec.Namespace, sec.Name, err)
+			default:
+				n++
+			}
+		}
+		if list.Continue == "" {
+			return n, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
