@@ -853,7 +853,7 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 }
 
 // gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
-// outlive the Cluster), the credential of its snapshot Jobs goes.
+// outlive the Cluster); its snapshot and maintenance Jobs and their etcd credential go.
 func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
 	names := namesFor(NamespaceFor(cl.UID))
 	for _, obj := range []client.Object{

@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
@@ -17,7 +20,7 @@ import (
 // rewrite every Secret with the key once the API server is Ready. A rotation (the Cluster's
 // annotation backend.AnnotationRotateEncryptionKey) puts a new key first, restarts the API
 // server, and rewrites every Secret with it; the old keys stay to read older snapshots. A snapshot
-// keeps a copy of the keys beside it (its cluster's backups folder); a restore adopts them.
+// keeps a copy of the keys beside it (keys/ in its cluster's backups folder); a restore adopts them.
 
 // ensureEncryption loads the encryption keys of the cluster in folder dir, making its first if it
 // has none, and writes its API server's EncryptionConfiguration from them.
@@ -105,16 +108,20 @@ func (in *instance) encryptionStatusLocked() *encryptionStatus {
 	return &encryptionStatus{Key: in.enc.Writer(), Keys: len(in.enc.Keys), Rewritten: in.enc.Done(), Error: in.encErr}
 }
 
-// keepKeysWithSnapshot copies the keys of the cluster in dir beside its snapshots (the backups
-// folder of uid): a snapshot's Secrets are written with them.
+// keysDir is where the keys of cluster uid are kept beside its snapshots (a folder of its
+// backups folder: the snapshot store lists files only).
+func (b *Backend) keysDir(uid types.UID) string { return filepath.Join(b.backupDir(uid), "keys") }
+
+// keepKeysWithSnapshot copies the keys of the cluster in dir beside its snapshots (keysDir): a
+// snapshot's Secrets are written with them.
 func (b *Backend) keepKeysWithSnapshot(in *instance) error {
 	in.mu.Lock()
 	s, uid := in.enc, in.meta.UID
 	in.mu.Unlock()
-	if err := os.MkdirAll(b.backupDir(uid), 0o700); err != nil {
+	if err := os.MkdirAll(b.keysDir(uid), 0o700); err != nil {
 		return err
 	}
-	if err := encryption.Save(b.backupDir(uid), s); err != nil {
+	if err := encryption.Save(b.keysDir(uid), s); err != nil {
 		return fmt.Errorf("keeping the encryption keys beside the snapshots: %w", err)
 	}
 	return nil
@@ -128,7 +135,7 @@ func (b *Backend) adoptSnapshotKeys(dir string, s backend.Snapshot) error {
 	if err != nil {
 		return err
 	}
-	source, found, err := encryption.Load(b.backupDir(s.Cluster))
+	source, found, err := encryption.Load(b.keysDir(s.Cluster))
 	if err != nil {
 		return err
 	}

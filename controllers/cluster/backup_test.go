@@ -130,5 +130,10 @@ func TestBackupSchedule(t *testing.T) {
 	}, readyWithin, poll)
 	entries, err := os.ReadDir(filepath.Join(stateDir, "backups", string(kept.UID)))
 	require.NoError(t, err)
-	assert.Len(t, entries, 4, "its two snapshots (file and record each) outlive it")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Len(t, entries, 5, "its two snapshots (file and record each) and the keys their Secrets are encrypted with outlive it: %v", names)
+	assert.Contains(t, names, "keys")
 }
