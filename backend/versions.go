@@ -178,6 +178,9 @@ type Want struct {
 	// NotOffered, when set, says that Requested is not offered by the profile (reason
 	// VersionNotSupported): no cluster is made for it, and a running one keeps its version.
 	NotOffered error
+	// Audit: the cluster's API server keeps an audit log (the ProviderConfig's spec.audit), for a
+	// backend that runs it (local); others ignore it.
+	Audit bool
 }
 
 // WantOf is what cl asks for of a profile offering o.

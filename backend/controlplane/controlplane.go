@@ -169,3 +169,41 @@ func prefixed(prefix string, ss []string) []string {
 	}
 	return out
 }
+
+// AuditPolicy is the audit policy of every cluster's API server: who did what, at Metadata level
+// (user, groups, verb, resource, namespace, name, source address, response code), never a
+// request's or response's body, so no Secret's data, token or kubeconfig is ever logged. Health
+// checks and the controller manager's leader-election lease renewals (every few seconds) are left
+// out.
+const AuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  nonResourceURLs: ["/healthz*", "/livez*", "/readyz*", "/version"]
+- level: None
+  users: ["system:kube-controller-manager"]
+  verbs: [get, update]
+  resources: [{group: coordination.k8s.io, resources: [leases]}]
+- level: Metadata
+`
+
+// The size cap of an API server's audit log: AuditMaxSizeMB per file, AuditMaxBackups rotated
+// files kept besides the current one.
+const (
+	AuditMaxSizeMB  = 50
+	AuditMaxBackups = 4
+)
+
+// AuditArgs are kube-apiserver's audit flags: policyFile (AuditPolicy) and a JSON log at
+// logFile, rotated at AuditMaxSizeMB, AuditMaxBackups kept.
+func AuditArgs(policyFile, logFile string) []string {
+	return []string{
+		"--audit-policy-file=" + policyFile,
+		"--audit-log-path=" + logFile,
+		"--audit-log-format=json",
+		"--audit-log-maxsize=" + strconv.Itoa(AuditMaxSizeMB),
+		"--audit-log-maxbackup=" + strconv.Itoa(AuditMaxBackups),
+		"--audit-log-compress=false",
+	}
+}

@@ -95,7 +95,7 @@ func etcdArgs(dir string, quota int64) []string {
 }
 
 // apiServerArgs are the flags of a cluster's kube-apiserver.
-func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []string {
+func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning, audit bool) []string {
 	pki := filepath.Join(dir, pkiDir)
 	args := append(controlplane.APIServerArgs(controlplane.APIServerFiles{
 		ServingCert: filepath.Join(pki, servingCertFile), ServingKey: filepath.Join(pki, servingKeyFile),
@@ -108,6 +108,9 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning) []
 		"--secure-port="+strconv.Itoa(p.APIServer),
 		"--watch-cache="+strconv.FormatBool(t.WatchCache),
 	)
+	if audit {
+		args = append(args, controlplane.AuditArgs(filepath.Join(dir, auditPolicyFile), filepath.Join(dir, logDir, auditLogFile))...)
+	}
 	// The kubernetes Service's Endpoints name the advertise address: a real one (the pod's IP in
 	// deploy/default) is kept there by the lease reconciler; a loopback address may not be an
 	// endpoint, so a cluster advertised on the loopback (or by name) has none.

@@ -123,7 +123,7 @@ func TestAPIServerArgs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
 			p := ports{APIServer: 41234, ControllerManager: 41235}
-			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, "198.18.0.0/16", p, tc.tuning))
+			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, "198.18.0.0/16", p, tc.tuning, true))
 
 			assert.Equal(t, "RBAC", f["--authorization-mode"])
 			assert.Equal(t, "/state/uid-7/authn.yaml", f["--authentication-config"])

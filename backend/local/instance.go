@@ -269,10 +269,10 @@ func (in *instance) startAPIServer(context.Context) (*process, error) {
 		return nil, err
 	}
 	in.mu.Lock()
-	p := in.meta.Ports
+	p, audit := in.meta.Ports, !in.meta.NoAudit
 	in.mu.Unlock()
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, in.meta.serviceCIDR(), p, *t),
+	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, in.meta.serviceCIDR(), p, *t, audit),
 		t.env(t.APIServerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, apiLogFile))
 }
 

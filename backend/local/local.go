@@ -20,6 +20,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
@@ -344,6 +345,7 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			b.upgrades[cl.UID] = &upgrade{change: change}
 		}
 		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
+		m.NoAudit = !want.Audit
 		pending := finishRestore(dir, &m)
 		if pending || (running == "" && m.DataLost == nil && cl.Annotations[backend.AnnotationRestoreFrom] != "") {
 			return b.restoreNewLocked(ctx, cl, dir, m)
@@ -378,6 +380,9 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		return b.upgradeStateLocked(cl.UID, in, up), nil
 	}
 	in.setRotation(cl.Annotations[backend.AnnotationRotateEncryptionKey])
+	if err := in.setAudit(want.Audit); err != nil {
+		return backend.State{}, err
+	}
 	s := in.state()
 	s.Repaired = repaired
 	s.VersionChange = change // refused, or nil
@@ -541,6 +546,9 @@ func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, e
 	}
 	enc, err := ensureEncryption(dir)
 	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, auditPolicyFile), []byte(controlplane.AuditPolicy), 0o600); err != nil {
 		return nil, err
 	}
 	if err := writeMeta(dir, m); err != nil {

@@ -36,6 +36,10 @@ const (
 	etcdLogFile    = "etcd.log"
 	apiLogFile     = "kube-apiserver.log"
 	kcmLogFile     = "kube-controller-manager.log"
+	// auditPolicyFile is the API server's audit policy (controlplane.AuditPolicy); its audit log
+	// is auditLogFile in logDir, rotated beside it (controlplane.AuditMaxBackups).
+	auditPolicyFile = "audit-policy.yaml"
+	auditLogFile    = "audit.log"
 )
 
 // meta is what a cluster's folder records about it, so that the cluster can be adopted again after
@@ -61,6 +65,9 @@ type meta struct {
 	Restoring *backend.Snapshot `json:"restoring,omitempty"`
 	// Restored is the last restore from a snapshot, done or failed.
 	Restored *backend.Restored `json:"restored,omitempty"`
+	// NoAudit: the ProviderConfig turned the audit logs off (spec.audit.disabled); absent in the
+	// records of clusters made before audit logs, which get them.
+	NoAudit bool `json:"noAudit,omitempty"`
 }
 
 // serviceCIDR is the cluster's service range.

@@ -34,6 +34,13 @@ type Reconciler struct {
 	kit.ProfileScope
 }
 
+// want is what cl asks of the backend: its version, and the profile's audit setting.
+func (r *Reconciler) want(cl *clustersv1alpha1.Cluster) backend.Want {
+	w := backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version)
+	w.Audit = r.Audit.On()
+	return w
+}
+
 // Reconcile follows the usual shape: fetch, responsibility check, operation annotation,
 // then reconcileDelete or reconcileNormal with one status patch. A lost optimistic-lock race is
 // retried quietly.
@@ -102,7 +109,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 				"The ProviderConfig of profile %s asks for backend %q, which does not run in this operator; nothing is provisioned.", r.Profile, r.BackendName))
 		})
 	}
-	state, err := r.Backend.Ensure(ctx, cl, backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version))
+	state, err := r.Backend.Ensure(ctx, cl, r.want(cl))
 	if err != nil {
 		reason := kit.ReasonOf(err, ReasonProvisioningFailed)
 		_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, reason, err.Error()) })
@@ -153,7 +160,7 @@ func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 		return backups{}, err
 	}
 	if started {
-		if *state, err = r.Backend.Ensure(ctx, cl, backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version)); err != nil {
+		if *state, err = r.Backend.Ensure(ctx, cl, r.want(cl)); err != nil {
 			return backups{}, fmt.Errorf("observing the cluster after starting the restore: %w", err)
 		}
 	}

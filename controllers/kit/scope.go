@@ -31,6 +31,8 @@ type ProfileScope struct {
 	OIDC *providersv1alpha1.OIDCSettings
 	// Backup is the ProviderConfig's spec.backup: the snapshot schedule. Nil is the default one.
 	Backup *providersv1alpha1.BackupPolicy
+	// Audit is the ProviderConfig's spec.audit: whether the clusters' API servers keep audit logs.
+	Audit *providersv1alpha1.AuditPolicy
 }
 
 // Event emits an Event on obj if there is a Recorder. note is a format for args.

@@ -110,7 +110,7 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 	scope := kit.ProfileScope{
 		Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
 		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be), OIDC: pc.Spec.OIDC.DeepCopy(),
-		Backup: pc.Spec.Backup.DeepCopy(),
+		Backup: pc.Spec.Backup.DeepCopy(), Audit: pc.Spec.Audit.DeepCopy(),
 	}
 	return manager.Profile{
 		Name: name,

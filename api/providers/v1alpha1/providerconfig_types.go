@@ -65,7 +65,23 @@ type ProviderConfigSpec struct {
 	// on demand (annotation backup.clusters.openmcp.cloud/snapshot) are taken either way.
 	// +optional
 	Backup *BackupPolicy `json:"backup,omitempty"`
+
+	// Audit switches the audit logs of the profile's Clusters, for the backends that run their API
+	// servers (local). Unset: on. A change restarts each Cluster's API server with or without them;
+	// the logs written stay.
+	// +optional
+	Audit *AuditPolicy `json:"audit,omitempty"`
 }
+
+// AuditPolicy switches the audit logs of a profile's Clusters.
+type AuditPolicy struct {
+	// Disabled turns the audit logs off.
+	// +optional
+	Disabled bool `json:"disabled,omitempty"`
+}
+
+// On reports whether the audit logs are on; a nil policy is the default one: on.
+func (p *AuditPolicy) On() bool { return p == nil || !p.Disabled }
 
 // BackupPolicy schedules the etcd snapshots of a profile's Clusters.
 type BackupPolicy struct {

@@ -1,0 +1,127 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
+)
+
+// auditEvent is what the test reads of an audit log line.
+type auditEvent struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource, Namespace, Name string
+	} `json:"objectRef"`
+	Level string `json:"level"`
+}
+
+// auditEvents reads the audit log of the cluster in dir.
+func auditEvents(t require.TestingT, dir string) ([]auditEvent, []byte) {
+	data, err := os.ReadFile(filepath.Join(dir, logDir, auditLogFile))
+	require.NoError(t, err)
+	var out []auditEvent
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e auditEvent
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &e))
+		out = append(out, e)
+	}
+	return out, data
+}
+
+func logged(events []auditEvent, user, verb, resource, name string) bool {
+	for _, e := range events {
+		if e.User.Username == user && e.Verb == verb && e.ObjectRef != nil && e.ObjectRef.Resource == resource && e.ObjectRef.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAuditLog: with the ProviderConfig's audit on, a request made with a ServiceAccount's token
+// (as an AccessRequest's kubeconfig has) is in the cluster's audit log with that user's name, at
+// Metadata level; a Secret's data never is. Turned off, the API server restarts without a log
+// (a request then is not logged); on again, it logs again.
+func TestAuditLog(t *testing.T) {
+	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Logger: testenv.Logger(t)})
+	cl := newCluster("audited")
+	on := backend.Want{Version: "1.37.1", Audit: true}
+	h.awaitWant(cl, on, "Ready", complete)
+	dir := h.b.Dir(cl.UID)
+	admin, err := h.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs := kubernetes.NewForConfigOrDie(admin)
+	ctx := t.Context()
+
+	// A ServiceAccount's token, as the token AccessRequests issue.
+	_, err = cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "auditor"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, "auditor", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	userCfg := rest.AnonymousClientConfig(admin)
+	userCfg.BearerToken = tr.Status.Token
+	user := kubernetes.NewForConfigOrDie(userCfg)
+	const marker = "audit-marker-secret-value-51c2"
+	_, err = cs.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hidden"},
+		StringData: map[string]string{"password": marker}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = user.CoreV1().Secrets("default").Get(ctx, "hidden", metav1.GetOptions{})
+	require.Error(t, err, "forbidden: the ServiceAccount has no role")
+
+	const name = "system:serviceaccount:default:auditor"
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, _ := auditEvents(c, dir)
+		assert.True(c, logged(events, name, "get", "secrets", "hidden"), "the user's request is logged with its name")
+	}, readyWithin, 200*time.Millisecond)
+	events, data := auditEvents(t, dir)
+	assert.NotContains(t, string(data), marker, "a Secret's data is never logged")
+	assert.NotContains(t, string(data), base64.StdEncoding.EncodeToString([]byte(marker)))
+	assert.NotContains(t, string(data), tr.Status.Token, "nor a token")
+	for _, e := range events {
+		assert.Equal(t, "Metadata", e.Level)
+	}
+	info, err := os.Stat(filepath.Join(dir, auditPolicyFile))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+	// Off: the API server restarts without the log; on again: logged again. What was asked while
+	// it was off is not in the log (the log is written in order: the request after it is).
+	pid := h.b.PIDs(cl.UID)[procAPIServer]
+	off := backend.Want{Version: "1.37.1"}
+	h.awaitWant(cl, off, "restarted without audit", func(s backend.State) bool {
+		return complete(s) && h.b.PIDs(cl.UID)[procAPIServer] != pid
+	})
+	_, _ = user.CoreV1().Secrets("default").Get(ctx, "while-off", metav1.GetOptions{})
+	pid = h.b.PIDs(cl.UID)[procAPIServer]
+	h.awaitWant(cl, on, "restarted with audit", func(s backend.State) bool {
+		return complete(s) && h.b.PIDs(cl.UID)[procAPIServer] != pid
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, _ = user.CoreV1().Secrets("default").Get(ctx, "after-on", metav1.GetOptions{})
+		events, _ := auditEvents(c, dir)
+		assert.True(c, logged(events, name, "get", "secrets", "after-on"))
+	}, readyWithin, 200*time.Millisecond)
+	events, _ = auditEvents(t, dir)
+	assert.False(t, logged(events, name, "get", "secrets", "while-off"), "not logged while off")
+}
