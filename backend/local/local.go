@@ -20,9 +20,9 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
-	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
