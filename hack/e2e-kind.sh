@@ -23,7 +23,7 @@
 #      nodes: first as openMCP deploys it (deploy/openmcp/clusterprovider-hosted.yaml through
 #      hack/openmcpshape: two stateless replicas, --hosted-backend) with TestScenarioHostedOnKind
 #      (the scenario suite against a hosted profile, clients reaching the NodePorts from this
-#      machine); then deploy/hosted with TestHostedScopeOnKind (the operator's ServiceAccount may not
+#      machine, under the host-access policy, TestHostedScopeOnKind for cp-local); then deploy/hosted with TestHostedScopeOnKind (the operator's ServiceAccount may not
 #      annotate a pod of kube-system nor make a Deployment in default) and TestHostedOnKind (ten Clusters spread over the workers, the
 #      operator's pods deleted and rolled to another image under polling clients, control-plane
 #      pods deleted, figures) and TestHostedUpgradeOnKind (a Cluster made from
@@ -200,9 +200,11 @@ kc -n "$omns" wait --for=condition=complete job/cp-local-init --timeout=3m
 shape deploy/openmcp/clusterprovider-hosted.yaml run | kc apply -f -
 kc -n "$omns" rollout status deploy/cp-local --timeout=5m
 policy_selects "$omns" cp-local cp-local
+# openMCP binds cluster-admin to cp-local: the host-access policy holds it (README "Security").
+kc apply --server-side -f deploy/hosted/hosted_scope.yaml
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
-  E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" \
-  go test ./test/e2e/ -run '^TestScenarioHostedOnKind$' -count=1 -v -timeout 20m
+  E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_SA="system:serviceaccount:$omns:cp-local" \
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestScenarioHostedOnKind)$' -count=1 -v -timeout 20m
 kc -n "$omns" delete deploy/cp-local --wait=true
 
 say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"

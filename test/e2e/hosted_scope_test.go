@@ -24,18 +24,22 @@ import (
 )
 
 // TestHostedScopeOnKind checks deploy/hosted's least privilege on the kind platform it is deployed
-// to (issue 33): as the operator's ServiceAccount (impersonated), annotating a pod of kube-system
+// to (issue 33), for deploy/hosted's ServiceAccount and, under openMCP, for the one openMCP's
+// operator binds to cluster-admin: as it (impersonated), annotating a pod of kube-system
 // and creating a Deployment in default are forbidden (deploy/hosted/hosted_scope.yaml), and so is
 // kubectl's own attempt; what the hosted backend does in its namespaces stays allowed (the other
 // hosted tests run the operator under the same policy).
 func TestHostedScopeOnKind(t *testing.T) {
 	c, kubeconfig, _ := hostedTarget(t)
 	ctx := context.Background()
-	const sa = "system:serviceaccount:cluster-provider-system:cluster-provider"
+	// deploy/hosted's ServiceAccount, or the one openMCP's operator makes (E2E_OPERATOR_SA).
+	sa := envOr("E2E_OPERATOR_SA", "system:serviceaccount:cluster-provider-system:cluster-provider")
+	parts := strings.Split(sa, ":")
+	require.Len(t, parts, 4, "E2E_OPERATOR_SA is system:serviceaccount:<namespace>:<name>")
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: sa,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:cluster-provider-system", "system:authenticated"}}
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + parts[2], "system:authenticated"}}
 	op, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
 	require.NoError(t, err)
 
