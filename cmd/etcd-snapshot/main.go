@@ -221,15 +221,10 @@ func restore(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ca, err := os.ReadFile(*caFile)
+	hc, err := tlsClient(*caFile, "", "")
 	if err != nil {
 		return err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return fmt.Errorf("%s holds no certificate", *caFile)
-	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
 	file := *dataDir + ".snapshot"
 	defer os.Remove(file)
 	// The serve may not answer yet (its pod starting): try for a while.
@@ -327,7 +322,7 @@ func maintain(ctx context.Context, args []string) error {
 	if len(ms) == 0 || *quota <= 0 {
 		return errors.New("--member and --quota are required")
 	}
-	c, err := etcdClient(*cacert, *cert, *key)
+	c, err := tlsClient(*cacert, *cert, *key)
 	if err != nil {
 		return err
 	}
@@ -349,8 +344,9 @@ func maintain(ctx context.Context, args []string) error {
 	return os.WriteFile(*result, data, 0o600)
 }
 
-// etcdClient is an HTTP client of etcd's CA with a client certificate (plain HTTP without).
-func etcdClient(cacert, cert, key string) (*http.Client, error) {
+// tlsClient is an HTTP client that trusts the CA in file cacert and presents the client
+// certificate cert/key ("": none); with no cacert, a plain HTTP client.
+func tlsClient(cacert, cert, key string) (*http.Client, error) {
 	if cacert == "" {
 		return &http.Client{}, nil
 	}
@@ -362,10 +358,13 @@ func etcdClient(cacert, cert, key string) (*http.Client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("%s holds no certificate", cacert)
 	}
-	pair, err := tls.LoadX509KeyPair(cert, key)
-	if err != nil {
-		return nil, err
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{pair}
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}, nil
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, nil
 }

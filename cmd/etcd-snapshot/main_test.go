@@ -196,12 +196,9 @@ func TestMaintainTLS(t *testing.T) {
 	cliCert, cliKey, err := ca.Issue(certs.Leaf{CommonName: "etcd-snapshot", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	require.NoError(t, err)
 	caFile := write("ca.crt", ca.CertPEM)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := testenv.FreePort(t)
 	client := fmt.Sprintf("https://localhost:%d", port)
-	peer := "http://127.0.0.1:" + freePortOf(t)
+	peer := fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 	cmd := exec.Command(filepath.Join(assets, "etcd"), "--data-dir="+filepath.Join(dir, "data"),
 		"--listen-client-urls=https://127.0.0.1:"+fmt.Sprint(port), "--advertise-client-urls="+client,
 		"--listen-peer-urls="+peer, "--initial-advertise-peer-urls="+peer, "--initial-cluster=default="+peer,
@@ -223,11 +220,4 @@ func TestMaintainTLS(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "maintain reaches etcd over TLS: %+v", &r)
 	assert.Positive(t, r.Members[0].DBSize)
 	assert.Contains(t, r.Message, "etcd takes writes")
-}
-
-func freePortOf(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return fmt.Sprint(l.Addr().(*net.TCPAddr).Port)
 }

@@ -29,12 +29,7 @@ func (m *EtcdMember) Stop() {
 // with the test.
 func Etcd(t testing.TB, assets string, n int, args ...string) []*EtcdMember {
 	t.Helper()
-	port := func() int {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		defer l.Close()
-		return l.Addr().(*net.TCPAddr).Port
-	}
+	port := func() int { return FreePort(t) }
 	members := make([]*EtcdMember, n)
 	peers := make([]string, n)
 	initial := make([]string, n)
@@ -58,4 +53,13 @@ func Etcd(t testing.TB, assets string, n int, args ...string) []*EtcdMember {
 		}, 30*time.Second, 100*time.Millisecond, "etcd member %s answers", m.Name)
 	}
 	return members
+}
+
+// FreePort is a TCP port of 127.0.0.1 that nothing listens on now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
