@@ -9,12 +9,17 @@
 // snapshot of one restored) until the rewrite; it never writes. A rotation puts a new key first
 // and rewrites every Secret with it; the old keys stay, read-only, so that a snapshot taken before
 // the rotation can still be restored: a restore needs the keys its Secrets were written with.
+//
+// Where two API servers of one cluster run at once (the hosted backend's blue/green rollouts and
+// highly available control planes), a new key is Staged first: every API server reads with it
+// before any writes with it, so none meets a Secret it cannot read.
 package encryption
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,23 +58,32 @@ type Key struct {
 	Created time.Time `json:"created"`
 }
 
-// NewKey makes a key named after now.
+// NewKey makes a key named after now and a random suffix: keys of two clusters made in the same
+// second (one restored from the other's snapshot reads with both) never share a name.
 func NewKey(now time.Time) (Key, error) {
 	now = now.UTC().Truncate(time.Second)
-	k := Key{Name: "key-" + now.Format("20060102T150405Z"), Secret: make([]byte, 32), Created: now}
+	suffix := make([]byte, 4)
+	k := Key{Secret: make([]byte, 32), Created: now}
 	if _, err := rand.Read(k.Secret); err != nil {
 		return Key{}, err
 	}
+	if _, err := rand.Read(suffix); err != nil {
+		return Key{}, err
+	}
+	k.Name = "key-" + now.Format("20060102T150405Z") + "-" + hex.EncodeToString(suffix)
 	return k, nil
 }
 
 // State is a cluster's keys: Keys[0] writes, the others read. Migrated is the key every Secret
 // was last rewritten with ("": not since the keys changed); Rotation is the value of the request
-// that made the last rotation (the Cluster's annotation).
+// that made the last rotation (the Cluster's annotation). Staged: Keys[0] only reads yet, the
+// next key (or, with no other key, identity: plain text) writes, until every API server reads
+// with Keys[0] (then Staged is cleared).
 type State struct {
 	Keys     []Key  `json:"keys"`
 	Migrated string `json:"migrated,omitempty"`
 	Rotation string `json:"rotation,omitempty"`
+	Staged   bool   `json:"staged,omitempty"`
 }
 
 // New is the State of a cluster without one: one key, every Secret still to rewrite (a cluster
@@ -82,13 +96,25 @@ func New(now time.Time) (State, error) {
 	return State{Keys: []Key{k}}, nil
 }
 
-// Writer is the name of the key that writes.
+// Writer is the name of the key that writes ("": none, plain text).
 func (s State) Writer() string {
-	if len(s.Keys) == 0 {
+	if len(s.Keys) == 0 || s.plainFirst() {
 		return ""
 	}
-	return s.Keys[0].Name
+	return s.ordered()[0].Name
 }
+
+// ordered are the keys in the order the API server tries them, the first writing: a Staged key
+// comes last.
+func (s State) ordered() []Key {
+	if s.Staged && len(s.Keys) > 1 {
+		return append(slices.Clone(s.Keys[1:]), s.Keys[0])
+	}
+	return s.Keys
+}
+
+// plainFirst: the only key is Staged, so identity writes (plain text) until it is not.
+func (s State) plainFirst() bool { return s.Staged && len(s.Keys) == 1 }
 
 // Done reports whether every Secret is written with the key that writes.
 func (s State) Done() bool { return s.Migrated != "" && s.Migrated == s.Writer() }
@@ -133,7 +159,7 @@ func (s State) Config() ([]byte, error) {
 		return nil, errors.New("no encryption key")
 	}
 	keys := make([]apiserverv1.Key, len(s.Keys))
-	for i, k := range s.Keys {
+	for i, k := range s.ordered() {
 		if len(k.Secret) != 32 {
 			return nil, fmt.Errorf("encryption key %s has %d bytes, not 32", k.Name, len(k.Secret))
 		}
@@ -149,7 +175,35 @@ func (s State) Config() ([]byte, error) {
 			},
 		}},
 	}
+	if s.plainFirst() {
+		// identity first writes plain text and, failing on an encrypted value, lets secretbox read it.
+		p := cfg.Resources[0].Providers
+		p[0], p[1] = p[1], p[0]
+	}
 	return json.MarshalIndent(cfg, "", "  ")
+}
+
+// Status is what a Cluster's status.providerStatus says of its encryption at rest.
+type Status struct {
+	// Key is the key that writes ("" while a cluster's first key is staged: plain text); Keys
+	// how many the API server reads with.
+	Key  string `json:"key"`
+	Keys int    `json:"keys"`
+	// Staged is the key every API server is to read with before it writes.
+	Staged string `json:"staged,omitempty"`
+	// Rewritten: every Secret is written with Key.
+	Rewritten bool `json:"rewritten"`
+	// Error is why the last rewrite or rotation failed.
+	Error string `json:"error,omitempty"`
+}
+
+// Status is s's Status, with the last error (if any).
+func (s State) Status(lastErr string) *Status {
+	st := &Status{Key: s.Writer(), Keys: len(s.Keys), Rewritten: s.Done(), Error: lastErr}
+	if s.Staged && len(s.Keys) > 0 {
+		st.Staged = s.Keys[0].Name
+	}
+	return st
 }
 
 // Load reads the State in folder dir; found is false when there is none.

@@ -28,8 +28,9 @@ import (
 // outside the control planes' namespaces, so that they outlive their Cluster: per Cluster a claim
 // of its etcd's storage class (snapshots-hcp-…, four times etcd's claim) with the snapshot files
 // (backend/snapshots' layout), a ConfigMap listing them (snapshots-hcp-…, key snapshots.json,
-// what `kubectl get` shows), and the etcd client certificate of its snapshot Jobs
-// (etcd-client-hcp-…, removed with the Cluster). A snapshot is a Job (snapshot-hcp-…) that runs
+// what `kubectl get` shows), the encryption keys its snapshots' Secrets are written with
+// (keys-hcp-…, encryption.go; outlives the Cluster too), and the etcd client certificate of its
+// snapshot Jobs (etcd-client-hcp-…, removed with the Cluster). A snapshot is a Job (snapshot-hcp-…) that runs
 // cmd/etcd-snapshot of the control plane's own image: etcdctl streams etcd's database onto the
 // claim, etcdutl reads it whole, its SHA-256 is recorded and the oldest beyond the ProviderConfig's
 // keep are removed; the Job's termination message tells the backend what it did.
@@ -60,10 +61,11 @@ const ReasonSnapshotInProgress = backend.ReasonSnapshotInProgress
 
 // backupNames are the names, in BackupNamespace, of what belongs to the control plane in
 // namespace ns.
-type backupNames struct{ claim, catalog, secret, job, maintain string }
+type backupNames struct{ claim, catalog, secret, job, maintain, keys string }
 
 func namesFor(ns string) backupNames {
-	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns, maintain: "maintain-" + ns}
+	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns, maintain: "maintain-" + ns,
+		keys: "keys-" + ns}
 }
 
 // backupSpec is the Spec whose meta labels what BackupNamespace holds of s's Cluster.
@@ -146,6 +148,9 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version string, keep int) error {
 	if err := b.ensureEtcdClient(ctx, h, s); err != nil {
 		return err
+	}
+	if err := keepKeys(ctx, h, s); err != nil {
+		return fmt.Errorf("keeping the encryption keys beside the snapshots: %w", err)
 	}
 	bs := s.backupSpec()
 	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {

@@ -29,6 +29,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -65,6 +66,9 @@ type Options struct {
 	Probe func(ctx context.Context, cfg *rest.Config) error
 	// Version reads the version the API server behind cfg reports. Default: GET /version.
 	Version func(ctx context.Context, cfg *rest.Config) (string, error)
+	// RewriteSecrets rewrites every Secret of the cluster behind cfg with the encryption key that
+	// writes and returns how many it rewrote. Default: encryption.Rewrite.
+	RewriteSecrets func(ctx context.Context, cfg *rest.Config) (int, error)
 	// MaxRolling is how many existing control planes may roll at once (--hosted-max-rolling): a
 	// change that reaches many (a new release's template, a ProviderConfig's resources) rolls them
 	// a few at a time, never the whole fleet together. Creations do not count. Default 2.
@@ -112,6 +116,9 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.Version == nil {
 		opts.Version = backend.ServerVersion
+	}
+	if opts.RewriteSecrets == nil {
+		opts.RewriteSecrets = encryption.Rewrite
 	}
 	if opts.Logger.GetSink() == nil {
 		opts.Logger = logr.Discard()
@@ -269,6 +276,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err != nil {
 		return backend.State{}, err
 	}
+	s.Audit = want.Audit
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
@@ -318,6 +326,11 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err := writeRecord(ctx, h, s, ps); err != nil {
 		return backend.State{}, err
 	}
+	keys, err := b.encryptionKeys(ctx, h, cl, s, ps)
+	if err != nil {
+		return backend.State{}, err
+	}
+	ps.Encryption = keys.Status("")
 	cfg := adminConfig(h, s.Namespace, external, p)
 	b.mu.Lock()
 	b.admin[cl.UID] = cfg
@@ -350,6 +363,15 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		}
 		if wait > 0 {
 			st.RetryAfter = min(nonZero(st.RetryAfter, wait), wait)
+		}
+		if st.Ready {
+			if keys, err = b.rewriteSecrets(ctx, h, cl, s, keys, cfg); err != nil {
+				b.opts.Logger.Error(err, "Encryption at rest: tried again soon", "cluster", backend.RefOf(cl).String())
+				ps.Encryption = keys.Status(err.Error())
+				st.RetryAfter = min(nonZero(st.RetryAfter, encryptionRetry), encryptionRetry)
+			} else {
+				ps.Encryption = keys.Status("")
+			}
 		}
 		st.ProviderStatus = ps
 	}

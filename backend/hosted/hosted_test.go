@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,6 +57,10 @@ type harness struct {
 	version  string
 	pc       *providersv1alpha1.ProviderConfig
 	notified chan backend.Ref
+	// rewrites counts the rewrites of every Secret (envtest runs no API server to rewrite
+	// through); rewriteErr is what the next ones fail with.
+	rewrites   atomic.Int32
+	rewriteErr atomic.Pointer[error]
 }
 
 func startBackend(t *testing.T) *harness {
@@ -92,6 +97,13 @@ func startBackendWith(t *testing.T, change func(*Options)) *harness {
 		},
 		Probe:   func(context.Context, *rest.Config) error { return nil },
 		Version: func(context.Context, *rest.Config) (string, error) { return h.version, nil },
+		RewriteSecrets: func(context.Context, *rest.Config) (int, error) {
+			if err := h.rewriteErr.Load(); err != nil {
+				return 0, *err
+			}
+			h.rewrites.Add(1)
+			return 3, nil
+		},
 		// A seed is this envtest too, reached through its own kubeconfig as from outside.
 		SeedConfig: func(_ context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error) {
 			if seed.SecretName != "seed-1" {
@@ -1073,9 +1085,17 @@ func TestRestoreSteps(t *testing.T) {
 	err = env.Client.Get(ctx, client.ObjectKey{Name: NamespaceFor(copyOf.UID)}, &corev1.Namespace{})
 	assert.True(t, apierrors.IsNotFound(err), "nothing made: %v", err)
 
-	// From one that exists: its etcd restores it from its first pod.
+	// From one that exists: its etcd restores it from its first pod, and its API server reads
+	// with the keys kept beside the snapshots (as a snapshot Job's start keeps them).
+	require.NoError(t, keepKeys(ctx, hst, s))
+	source, _ := keysIn(t, ns)
 	copyOf.Annotations[backend.AnnotationRestoreFrom] = snap.Ref()
 	h.ensure(t, copyOf)
+	adopted, _ := keysIn(t, NamespaceFor(copyOf.UID))
+	require.Len(t, adopted.Keys, 2)
+	assert.Equal(t, source.Keys[0], adopted.Keys[1], "the snapshot's key reads")
+	assert.NotEqual(t, source.Writer(), adopted.Writer(), "a key of its own writes")
+	assert.False(t, adopted.Done(), "the restored Secrets are rewritten with it")
 	csts := get(t, &appsv1.StatefulSet{}, NamespaceFor(copyOf.UID), NameEtcd)
 	require.Len(t, csts.Spec.Template.Spec.InitContainers, 1)
 	init := csts.Spec.Template.Spec.InitContainers[0]

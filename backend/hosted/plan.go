@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
 
 // Labels and annotations on everything the backend makes in a host cluster.
@@ -45,6 +46,8 @@ const (
 	AnnotationProfile = "hosted.clusters.openmcp.cloud/profile"
 	// AnnotationCertificates on the API server's pod template is Spec.Certificates.
 	AnnotationCertificates = "hosted.clusters.openmcp.cloud/certificates"
+	// AnnotationEncryption on the API server's pod template is Spec.Encryption.
+	AnnotationEncryption = "hosted.clusters.openmcp.cloud/encryption"
 	// AnnotationInputs on the workloads is the hash of the rendered object (Rendered): the
 	// backend applies a workload only when it is missing or its inputs changed, so a new operator
 	// version whose plan differs never rolls a running control plane.
@@ -144,6 +147,14 @@ type Spec struct {
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
 	Certificates string
+	// Audit: the API server writes an audit log (controlplane.AuditPolicy) onto a volume of its
+	// pod, rotated at its size cap, and a sidecar (cmd/audit-log) streams it to its output
+	// (`kubectl logs … -c audit`). The ProviderConfig's spec.audit.disabled turns it off.
+	Audit bool
+	// Encryption, when set, is the checksum of the EncryptionConfiguration in Secret
+	// SecretEncryption (encryption.go): the API servers encrypt Secrets with it, and the pod
+	// template carries it (AnnotationEncryption), so a change of keys rolls them.
+	Encryption string
 }
 
 // RestoreSource is where etcd's pods fetch the snapshot they restore: a serve of BackupNamespace
@@ -276,7 +287,48 @@ func (s *Spec) Objects() []client.Object {
 	if s.HighAvailability {
 		objs = append(objs, s.EtcdPeerService(), s.DisruptionBudget(ComponentEtcd), s.DisruptionBudget(ComponentAPIServer))
 	}
+	if s.Audit {
+		objs = append(objs, s.AuditPolicyConfigMap())
+	}
 	return objs
+}
+
+// Audit logs (Spec.Audit).
+const (
+	// NameAuditPolicy is the ConfigMap with the API server's audit policy.
+	NameAuditPolicy = "audit-policy"
+	// containerAudit is the sidecar that streams the audit log to its output.
+	containerAudit   = "audit"
+	auditPolicyMount = "/etc/kubernetes/audit"
+	auditLogMount    = "/var/log/kubernetes/audit"
+	auditPolicyKey   = "policy.yaml"
+	auditLogFile     = "audit.log"
+)
+
+// auditVolumeLimit caps the audit log's volume: the current file and the rotated ones at their
+// size cap, and room besides.
+var auditVolumeLimit = resource.MustParse(fmt.Sprintf("%dMi", (controlplane.AuditMaxBackups+2)*controlplane.AuditMaxSizeMB))
+
+// AuditPolicyConfigMap holds the API server's audit policy (controlplane.AuditPolicy: Metadata
+// level, never a body).
+func (s *Spec) AuditPolicyConfigMap() *corev1.ConfigMap {
+	return &corev1.ConfigMap{TypeMeta: typeMeta("v1", "ConfigMap"), ObjectMeta: s.meta(NameAuditPolicy, ComponentAPIServer),
+		Data: map[string]string{auditPolicyKey: controlplane.AuditPolicy}}
+}
+
+// auditSidecar is the container that streams the API server's audit log (cmd/audit-log of the
+// control-plane image) to its output, where the host's log collection finds it.
+func (s *Spec) auditSidecar() corev1.Container {
+	return corev1.Container{
+		Name:    containerAudit,
+		Image:   s.Image,
+		Command: []string{binDir + "audit-log", "--file=" + auditLogMount + "/" + auditLogFile},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		VolumeMounts: []corev1.VolumeMount{{Name: "audit-log", MountPath: auditLogMount, ReadOnly: true}},
+	}
 }
 
 // High availability (Spec.HighAvailability).
@@ -836,7 +888,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			Name:      containerAPIServer,
 			Image:     s.Image,
 			Command:   []string{binDir + "kube-apiserver"},
-			Args:      apiServerArgs(s.Namespace, s.ServiceCIDR, s.etcdServers()),
+			Args:      s.apiServerArgs(),
 			Env:       append([]corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}}, goEnv(containerAPIServer)...),
 			Ports:     []corev1.ContainerPort{{Name: "https", ContainerPort: PortAPIServer, Protocol: corev1.ProtocolTCP}},
 			Resources: s.APIServer,
@@ -867,21 +919,35 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 			LivenessProbe: httpProbe("/healthz", portKCM, corev1.URISchemeHTTPS, 10, 6),
 		},
 	})
+	if s.Audit {
+		pod.Containers = append(pod.Containers, s.auditSidecar())
+		harden(&pod.Containers[len(pod.Containers)-1])
+		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
+			corev1.VolumeMount{Name: "audit-policy", MountPath: auditPolicyMount, ReadOnly: true},
+			corev1.VolumeMount{Name: "audit-log", MountPath: auditLogMount})
+		pod.Volumes = append(pod.Volumes,
+			corev1.Volume{Name: "audit-policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: NameAuditPolicy}}}},
+			corev1.Volume{Name: "audit-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &auditVolumeLimit}}})
+	}
 	// kube-apiserver is a sidecar (a restartable init container): the controller manager starts
 	// only once the API server's startup probe has passed. Started together, it would fail to reach
 	// the API server, exit, and wait out the kubelet's crash-loop backoff.
 	api := pod.Containers[0]
 	api.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	pod.InitContainers, pod.Containers = []corev1.Container{api}, pod.Containers[1:]
+	pki := []corev1.VolumeProjection{
+		secretItems(SecretCA, "ca.crt", "ca.crt"),
+		secretItems(SecretServing, "tls.crt", "apiserver.crt", "tls.key", "apiserver.key"),
+		secretItems(SecretServiceAcct, "sa.key", "sa.key", "sa.pub", "sa.pub"),
+		secretItems(SecretEtcdClient, "tls.crt", "etcd-client.crt", "tls.key", "etcd-client.key", "ca.crt", "etcd-ca.crt"),
+	}
+	if s.Encryption != "" {
+		pki = append(pki, secretItems(SecretEncryption, encryption.ConfigFile, encryption.ConfigFile))
+	}
 	pod.Volumes = append(pod.Volumes,
 		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			DefaultMode: ptr.To[int32](0o440),
-			Sources: []corev1.VolumeProjection{
-				secretItems(SecretCA, "ca.crt", "ca.crt"),
-				secretItems(SecretServing, "tls.crt", "apiserver.crt", "tls.key", "apiserver.key"),
-				secretItems(SecretServiceAcct, "sa.key", "sa.key", "sa.pub", "sa.pub"),
-				secretItems(SecretEtcdClient, "tls.crt", "etcd-client.crt", "tls.key", "etcd-client.key", "ca.crt", "etcd-ca.crt"),
-			},
+			DefaultMode: ptr.To[int32](0o440), Sources: pki,
 		}}},
 		corev1.Volume{Name: "authn", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: NameAuthn}}}},
@@ -901,6 +967,9 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	if s.RestoredMark != "" {
 		podMeta.Annotations[AnnotationRestored] = s.RestoredMark
 	}
+	if s.Encryption != "" {
+		podMeta.Annotations[AnnotationEncryption] = s.Encryption
+	}
 	return stamp(&appsv1.Deployment{
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
@@ -917,13 +986,21 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 
 // apiServerArgs are kube-apiserver's flags: those of a local cluster's (controlplane) with the
 // files of the pod's mounts and etcd over TLS.
-func apiServerArgs(namespace, serviceCIDR, etcdServers string) []string {
-	return append(controlplane.APIServerArgs(controlplane.APIServerFiles{
+func (s *Spec) apiServerArgs() []string {
+	files := controlplane.APIServerFiles{
 		ServingCert: pkiMount + "/apiserver.crt", ServingKey: pkiMount + "/apiserver.key",
 		ClientCA: pkiMount + "/ca.crt", ServiceAccountKey: pkiMount + "/sa.pub", ServiceAccountSigningKey: pkiMount + "/sa.key",
 		AuthenticationConfig: authnMount + "/" + authnKey,
-	}, serviceCIDR),
-		"--etcd-servers="+etcdServers,
+	}
+	if s.Encryption != "" {
+		files.EncryptionConfig = pkiMount + "/" + encryption.ConfigFile
+	}
+	args := controlplane.APIServerArgs(files, s.ServiceCIDR)
+	if s.Audit {
+		args = append(args, controlplane.AuditArgs(auditPolicyMount+"/"+auditPolicyKey, auditLogMount+"/"+auditLogFile)...)
+	}
+	return append(args,
+		"--etcd-servers="+s.etcdServers(),
 		"--etcd-cafile="+pkiMount+"/etcd-ca.crt",
 		"--etcd-certfile="+pkiMount+"/etcd-client.crt",
 		"--etcd-keyfile="+pkiMount+"/etcd-client.key",

@@ -572,3 +572,81 @@ func TestDefaultDeny(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditAndEncryptionPlan: with Spec.Audit the API server writes its audit log (the policy
+// of its ConfigMap, Metadata only) onto a size-capped volume which a sidecar of the control-plane
+// image streams to its output; with Spec.Encryption it reads its EncryptionConfiguration from the
+// encryption Secret, and the pod template carries its checksum. Without them, neither.
+func TestAuditAndEncryptionPlan(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		audit             bool
+		encryption        string
+		wantObjectsExtras int
+	}{
+		{name: "neither"},
+		{name: "audit", audit: true, wantObjectsExtras: 1},
+		{name: "encryption", encryption: "abc123"},
+		{name: "both", audit: true, encryption: "abc123", wantObjectsExtras: 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := testSpec()
+			s := testSpec()
+			s.Audit, s.Encryption = c.audit, c.encryption
+			assert.Len(t, s.Objects(), len(base.Objects())+c.wantObjectsExtras)
+			dep := s.APIServerDeployment()
+			pod := dep.Spec.Template.Spec
+			f := flags(t, container(t, pod, containerAPIServer).Args)
+			names := func() (n []string) {
+				for _, c := range pod.Containers {
+					n = append(n, c.Name)
+				}
+				return n
+			}()
+
+			if c.audit {
+				assert.Equal(t, "/etc/kubernetes/audit/policy.yaml", f["--audit-policy-file"])
+				assert.Equal(t, "/var/log/kubernetes/audit/audit.log", f["--audit-log-path"])
+				assert.Equal(t, "50", f["--audit-log-maxsize"])
+				sidecar := container(t, pod, containerAudit)
+				assert.Equal(t, s.Image, sidecar.Image)
+				assert.Equal(t, []string{"/usr/local/bin/audit-log", "--file=/var/log/kubernetes/audit/audit.log"}, sidecar.Command)
+				assert.True(t, *sidecar.SecurityContext.ReadOnlyRootFilesystem)
+				assert.True(t, sidecar.VolumeMounts[0].ReadOnly, "the sidecar only reads the log")
+				var vol *corev1.Volume
+				for i := range pod.Volumes {
+					if pod.Volumes[i].Name == "audit-log" {
+						vol = &pod.Volumes[i]
+					}
+				}
+				require.NotNil(t, vol)
+				assert.Equal(t, "300Mi", vol.EmptyDir.SizeLimit.String(), "five files of 50 MB and room")
+				cm := s.AuditPolicyConfigMap()
+				assert.Contains(t, cm.Data[auditPolicyKey], "level: Metadata")
+				assert.NotContains(t, cm.Data[auditPolicyKey], "RequestResponse", "no body is ever logged")
+			} else {
+				assert.NotContains(t, f, "--audit-policy-file")
+				assert.NotContains(t, names, containerAudit)
+			}
+
+			mounted := false
+			for _, v := range pod.Volumes {
+				if v.Name == "pki" {
+					for _, src := range v.Projected.Sources {
+						mounted = mounted || src.Secret.Name == SecretEncryption
+					}
+				}
+			}
+			assert.Equal(t, c.encryption != "", mounted)
+			assert.Equal(t, c.encryption, dep.Spec.Template.Annotations[AnnotationEncryption])
+			if c.encryption != "" {
+				assert.Equal(t, "/etc/kubernetes/pki/encryption-config.yaml", f["--encryption-provider-config"])
+			} else {
+				assert.NotContains(t, f, "--encryption-provider-config")
+			}
+			if c.audit || c.encryption != "" {
+				assert.NotEqual(t, Rendered(base.APIServerDeployment()), Rendered(dep), "a change rolls the API servers")
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
 
 // NameRecord is the ConfigMap, in a control plane's namespace, in which the backend records what
@@ -58,6 +59,8 @@ type providerStatus struct {
 	Etcd *etcdHealth `json:"etcd,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.
 	ImageRefresh string `json:"imageRefresh,omitempty"`
+	// Encryption is the state of the encryption at rest (encryption.go; its Secret is the record).
+	Encryption *encryption.Status `json:"encryption,omitempty"`
 }
 
 // statusOf is cl's status.providerStatus, if this backend wrote it: only a hint where to look

@@ -92,21 +92,8 @@ func (in *instance) keepEncrypted(ctx context.Context) {
 	}
 }
 
-// encryptionStatus is what status.providerStatus says of the encryption at rest.
-type encryptionStatus struct {
-	// Key is the key that writes; Keys how many the API server reads with.
-	Key  string `json:"key"`
-	Keys int    `json:"keys"`
-	// Rewritten: every Secret is written with Key.
-	Rewritten bool `json:"rewritten"`
-	// Error is why the last rewrite or rotation failed.
-	Error string `json:"error,omitempty"`
-}
-
-// encryptionStatusLocked is in's encryptionStatus; in.mu is held.
-func (in *instance) encryptionStatusLocked() *encryptionStatus {
-	return &encryptionStatus{Key: in.enc.Writer(), Keys: len(in.enc.Keys), Rewritten: in.enc.Done(), Error: in.encErr}
-}
+// encryptionStatusLocked is what status.providerStatus says of in's encryption; in.mu is held.
+func (in *instance) encryptionStatusLocked() *encryption.Status { return in.enc.Status(in.encErr) }
 
 // keysDir is where the keys of cluster uid are kept beside its snapshots (a folder of its
 // backups folder: the snapshot store lists files only).

@@ -55,10 +55,10 @@ func putRawEtcd(t *testing.T, h *harness, uid types.UID, key string, value []byt
 }
 
 // encStatus is the encryption part of s's provider status.
-func encStatus(s backend.State) encryptionStatus {
+func encStatus(s backend.State) encryption.Status {
 	ps, _ := s.ProviderStatus.(providerStatus)
 	if ps.Encryption == nil {
-		return encryptionStatus{}
+		return encryption.Status{}
 	}
 	return *ps.Encryption
 }

@@ -695,7 +695,7 @@ type providerStatus struct {
 	// ServiceCIDR is the cluster's service range (so that a lost record is rebuilt with it).
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	// Encryption is the state of its encryption at rest (no secret).
-	Encryption *encryptionStatus `json:"encryption,omitempty"`
+	Encryption *encryption.Status `json:"encryption,omitempty"`
 }
 
 func (in *instance) state() backend.State {

@@ -1,0 +1,231 @@
+package auditlog
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	poll    = 10 * time.Millisecond
+	timeout = 5 * time.Second
+)
+
+// lineWriter is a thread-safe io.Writer that records what Follow writes and signals every write.
+type lineWriter struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	writes  []string      // every Write, to check that each ends a line
+	changed chan struct{} // closed and replaced at every Write
+}
+
+func newLineWriter() *lineWriter { return &lineWriter{changed: make(chan struct{})} }
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	w.writes = append(w.writes, string(p))
+	close(w.changed)
+	w.changed = make(chan struct{})
+	return len(p), nil
+}
+
+// await waits until exactly want was written, and checks that every write ended a line.
+func (w *lineWriter) await(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		got, changed, writes := w.buf.String(), w.changed, append([]string(nil), w.writes...)
+		w.mu.Unlock()
+		for _, s := range writes {
+			require.Truef(t, len(s) > 0 && s[len(s)-1] == '\n', "a write that does not end a line: %q", s)
+		}
+		if got == want {
+			return
+		}
+		require.Truef(t, len(got) < len(want) && want[:len(got)] == got, "written %q, want %q", got, want)
+		select {
+		case <-changed:
+		case <-deadline.C:
+			require.Failf(t, "timed out", "written %q after %s, want %q", got, timeout, want)
+		}
+	}
+}
+
+// follow runs Follow on path into a lineWriter until the test ends, and checks it returned nil.
+func follow(t *testing.T, path string) *lineWriter {
+	t.Helper()
+	w := newLineWriter()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Follow(ctx, path, w, poll) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(timeout):
+			t.Errorf("Follow did not return %s after its context was cancelled", timeout)
+		}
+	})
+	return w
+}
+
+func appendFile(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	require.NoError(t, err)
+	_, err = f.WriteString(s)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+func TestFollow(t *testing.T) {
+	type step struct {
+		do   func(t *testing.T, path string)
+		want string // all that was written to out after it
+	}
+	appendLines := func(s string) func(*testing.T, string) {
+		return func(t *testing.T, path string) { appendFile(t, path, s) }
+	}
+	tests := []struct {
+		name   string
+		before *string // the file's content before Follow starts; nil: no file
+		want   string  // what is written of it
+		steps  []step
+	}{{
+		name:   "lines written before it starts",
+		before: ptr("one\ntwo\nthree\n"),
+		want:   "one\ntwo\nthree\n",
+	}, {
+		name:   "an empty file",
+		before: ptr(""),
+		want:   "",
+		steps:  []step{{appendLines("one\n"), "one\n"}},
+	}, {
+		name:   "appended lines",
+		before: ptr("one\n"),
+		want:   "one\n",
+		steps: []step{
+			{appendLines("two\nthree\n"), "one\ntwo\nthree\n"},
+			{appendLines("four\n"), "one\ntwo\nthree\nfour\n"},
+		},
+	}, {
+		name:   "a partial line held until its newline",
+		before: ptr("one\ntw"),
+		want:   "one\n",
+		steps: []step{
+			{appendLines("o and a"), "one\n"},
+			{appendLines(" half\nthr"), "one\ntwo and a half\n"},
+			{appendLines("ee\n"), "one\ntwo and a half\nthree\n"},
+		},
+	}, {
+		name:   "a rotation: renamed away, written to, a new file created",
+		before: ptr("one\n"),
+		want:   "one\n",
+		steps: []step{
+			{func(t *testing.T, path string) {
+				rotated := filepath.Join(filepath.Dir(path), "audit-2026-01-02T03-04-05.000.log")
+				require.NoError(t, os.Rename(path, rotated))
+				appendFile(t, rotated, "two\n") // written by the API server before it reopened
+				appendFile(t, path, "three\n")
+			}, "one\ntwo\nthree\n"},
+			{appendLines("four\n"), "one\ntwo\nthree\nfour\n"}, // nothing of either file twice
+		},
+	}, {
+		name:   "a rotation while the new file is not there yet",
+		before: ptr("one\n"),
+		want:   "one\n",
+		steps: []step{
+			{func(t *testing.T, path string) {
+				rotated := filepath.Join(filepath.Dir(path), "audit-2026-01-02T03-04-05.000.log")
+				require.NoError(t, os.Rename(path, rotated))
+				appendFile(t, rotated, "two\n")
+			}, "one\ntwo\n"},
+			{appendLines("three\n"), "one\ntwo\nthree\n"},
+			{appendLines("four\n"), "one\ntwo\nthree\nfour\n"},
+		},
+	}, {
+		name:   "a partial line cut off by a rotation",
+		before: ptr("one\ntw"),
+		want:   "one\n",
+		steps: []step{
+			{func(t *testing.T, path string) {
+				require.NoError(t, os.Rename(path, path+".1"))
+				appendFile(t, path, "three\n")
+			}, "one\ntw\nthree\n"},
+		},
+	}, {
+		name:   "a truncation starts again from the beginning",
+		before: ptr("one\ntwo\nthree\n"),
+		want:   "one\ntwo\nthree\n",
+		steps: []step{
+			{func(t *testing.T, path string) {
+				require.NoError(t, os.WriteFile(path, []byte("four\n"), 0o600)) // truncates
+			}, "one\ntwo\nthree\nfour\n"},
+			{appendLines("five\n"), "one\ntwo\nthree\nfour\nfive\n"},
+		},
+	}, {
+		name: "the file created after it started",
+		want: "",
+		steps: []step{
+			{appendLines("one\ntwo\n"), "one\ntwo\n"},
+			{appendLines("three\n"), "one\ntwo\nthree\n"},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.log")
+			if tt.before != nil {
+				require.NoError(t, os.WriteFile(path, []byte(*tt.before), 0o600))
+			}
+			w := follow(t, path)
+			w.await(t, tt.want)
+			for _, s := range tt.steps {
+				s.do(t, path)
+				w.await(t, s.want)
+			}
+		})
+	}
+}
+
+func TestFollowReturnsNilWhenCancelled(t *testing.T) {
+	for _, exists := range []bool{true, false} {
+		t.Run(map[bool]string{true: "following a file", false: "waiting for the file"}[exists], func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.log")
+			if exists {
+				require.NoError(t, os.WriteFile(path, []byte("one\n"), 0o600))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			w := newLineWriter()
+			done := make(chan error, 1)
+			go func() { done <- Follow(ctx, path, w, poll) }()
+			if exists {
+				w.await(t, "one\n") // it is following
+			}
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(timeout):
+				t.Fatalf("Follow did not return %s after its context was cancelled", timeout)
+			}
+		})
+	}
+}
+
+func TestFollowRefusesANonPositivePoll(t *testing.T) {
+	err := Follow(context.Background(), filepath.Join(t.TempDir(), "audit.log"), newLineWriter(), 0)
+	require.ErrorContains(t, err, "poll interval must be positive")
+}
+
+func ptr(s string) *string { return &s }
