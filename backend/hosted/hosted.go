@@ -584,6 +584,7 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 			}
 		}
 	}
+	s.AllowedSourceRanges = settings.AllowedSourceRanges // a live setting: not recorded
 	if pc.Spec.OIDC != nil {
 		s.IssuerPorts = IssuerPorts(pc.Spec.OIDC.AllowedIssuers)
 		s.PrivateIssuers = pc.Spec.OIDC.AllowPrivateIssuers

@@ -1120,3 +1120,28 @@ func TestRestoreSteps(t *testing.T) {
 	assert.Nil(t, st.Restored, "no failure: %+v", st.Restored)
 	assert.Equal(t, restoreEtcd, record(t, copyOf).Restore.Phase, "on to etcd's pods")
 }
+
+// TestSourceRangesLive: the ProviderConfig's source ranges reach an existing control plane at
+// its next reconcile, and go again when they are removed (the Service's traffic policy back to
+// its default, the policy's ingress open).
+func TestSourceRangesLive(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("ranges")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	from := func() []networkingv1.NetworkPolicyPeer {
+		return get(t, &networkingv1.NetworkPolicy{}, ns, NameAPIServer).Spec.Ingress[0].From
+	}
+	assert.Empty(t, from())
+
+	h.pc.Spec.Hosted.AllowedSourceRanges = []string{"203.0.113.0/24"}
+	h.ensure(t, cl)
+	assert.Equal(t, corev1.ServiceExternalTrafficPolicyLocal, get(t, &corev1.Service{}, ns, NameExternal).Spec.ExternalTrafficPolicy)
+	require.Len(t, from(), 2)
+	assert.Equal(t, "203.0.113.0/24", from()[0].IPBlock.CIDR)
+
+	h.pc.Spec.Hosted.AllowedSourceRanges = nil
+	h.ensure(t, cl)
+	assert.Equal(t, corev1.ServiceExternalTrafficPolicyCluster, get(t, &corev1.Service{}, ns, NameExternal).Spec.ExternalTrafficPolicy)
+	assert.Empty(t, from())
+}

@@ -147,6 +147,10 @@ type Spec struct {
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
 	Certificates string
+	// AllowedSourceRanges, when set, are the only addresses outside the host cluster that reach
+	// the API server (its NetworkPolicy; LoadBalancer: loadBalancerSourceRanges); the external
+	// Service keeps clients' addresses (externalTrafficPolicy Local).
+	AllowedSourceRanges []string
 	// Audit: the API server writes an audit log (controlplane.AuditPolicy) onto a volume of its
 	// pod, rotated at its size cap, and a sidecar (cmd/audit-log) streams it to its output
 	// (`kubectl logs … -c audit`). The ProviderConfig's spec.audit.disabled turns it off.
@@ -509,6 +513,14 @@ func (s *Spec) ExternalService() *corev1.Service {
 			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
 		},
 	}
+	if len(s.AllowedSourceRanges) > 0 {
+		// The client's address reaches the pod (no SNAT), for the NetworkPolicy to check; only
+		// nodes running an API server answer.
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			svc.Spec.LoadBalancerSourceRanges = slices.Clone(s.AllowedSourceRanges)
+		}
+	}
 	return svc
 }
 
@@ -625,13 +637,21 @@ func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 	}
 	issuers.To = []networkingv1.NetworkPolicyPeer{{IPBlock: block}}
 	dns := dnsEgress()
+	clients := networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}}
+	if len(s.AllowedSourceRanges) > 0 {
+		for _, r := range s.AllowedSourceRanges {
+			clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r}})
+		}
+		// The host's pods (the operator, platform controllers) reach the internal Service.
+		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}})
+	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
 		ObjectMeta: s.meta(NameAPIServer, ComponentAPIServer),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Ingress:     []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{clients},
 			Egress: []networkingv1.NetworkPolicyEgressRule{
 				{To: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)}}},
 					Ports: []networkingv1.NetworkPolicyPort{tcpPort(portEtcd)}},

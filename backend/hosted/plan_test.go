@@ -650,3 +650,55 @@ func TestAuditAndEncryptionPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowedSourceRanges: without ranges the API server takes clients from anywhere on 6443;
+// with them, only from the ranges and the host's pods (no other port), the external Service keeps
+// the client's address (externalTrafficPolicy Local) and, as a LoadBalancer, lists the ranges.
+func TestAllowedSourceRanges(t *testing.T) {
+	ranges := []string{"203.0.113.0/24", "2001:db8::/32"}
+	for _, c := range []struct {
+		name     string
+		exposure corev1.ServiceType
+		ranges   []string
+	}{
+		{"open, NodePort", corev1.ServiceTypeNodePort, nil},
+		{"open, LoadBalancer", corev1.ServiceTypeLoadBalancer, nil},
+		{"ranges, NodePort", corev1.ServiceTypeNodePort, ranges},
+		{"ranges, LoadBalancer", corev1.ServiceTypeLoadBalancer, ranges},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := testSpec()
+			s.Exposure, s.AllowedSourceRanges = c.exposure, c.ranges
+			in := s.APIServerNetworkPolicy().Spec.Ingress
+			require.Len(t, in, 1)
+			assert.Equal(t, []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}, in[0].Ports)
+			svc := s.ExternalService().Spec
+			if c.ranges == nil {
+				assert.Empty(t, in[0].From, "from anywhere")
+				assert.Empty(t, svc.ExternalTrafficPolicy, "the Service's default")
+				assert.Empty(t, svc.LoadBalancerSourceRanges)
+				return
+			}
+			var cidrs []string
+			others := 0
+			for _, p := range in[0].From {
+				if p.IPBlock != nil {
+					cidrs = append(cidrs, p.IPBlock.CIDR)
+					assert.Empty(t, p.IPBlock.Except)
+				} else {
+					others++
+					assert.Equal(t, &metav1.LabelSelector{}, p.NamespaceSelector, "the host's pods")
+					assert.Nil(t, p.PodSelector)
+				}
+			}
+			assert.Equal(t, c.ranges, cidrs)
+			assert.Equal(t, 1, others)
+			assert.Equal(t, corev1.ServiceExternalTrafficPolicyLocal, svc.ExternalTrafficPolicy, "the client's address reaches the policy")
+			if c.exposure == corev1.ServiceTypeLoadBalancer {
+				assert.Equal(t, c.ranges, svc.LoadBalancerSourceRanges)
+			} else {
+				assert.Empty(t, svc.LoadBalancerSourceRanges)
+			}
+		})
+	}
+}

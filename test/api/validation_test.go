@@ -185,6 +185,27 @@ func TestCreateValidation(t *testing.T) {
 			message: "spec.hosted.highAvailability needs spec.hosted.storageClassName",
 		},
 		{
+			name: "hosted source ranges that are no CIDRs",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+				pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{Exposure: corev1.ServiceTypeLoadBalancer,
+					AllowedSourceRanges: []string{"203.0.113.0/24", "203.0.113.7"}}
+			},
+			message: "spec.hosted.allowedSourceRanges entries must be CIDRs",
+		},
+		{
+			name: "hosted source ranges on NodePort without an external host",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+				pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{AllowedSourceRanges: []string{"203.0.113.0/24"}}
+			},
+			message: "spec.hosted.allowedSourceRanges with NodePort exposure needs spec.hosted.externalHost",
+		},
+		{
 			name: "provider config keeping too many backups",
 			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
 			mutate: func(o client.Object) {
@@ -208,6 +229,21 @@ func TestCreateValidation(t *testing.T) {
 			require.Error(t, err)
 			assert.True(t, apierrors.IsInvalid(err), "want Invalid, got %v", err)
 			assert.Contains(t, err.Error(), tt.message)
+		})
+	}
+}
+
+// TestHostedSourceRangesAccepted: source ranges with LoadBalancer exposure, or with NodePort and
+// an external host, IPv4 and IPv6, are accepted (the refusals are in TestCreateValidation's table).
+func TestHostedSourceRangesAccepted(t *testing.T) {
+	for name, hosted := range map[string]*providersv1alpha1.HostedBackendConfig{
+		"load balancer": {Exposure: corev1.ServiceTypeLoadBalancer, AllowedSourceRanges: []string{"203.0.113.0/24", "2001:db8::/32"}},
+		"node port":     {ExternalHost: "lb.example.com", AllowedSourceRanges: []string{"198.51.100.0/24"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pc := fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{})
+			pc.Spec.Backend, pc.Spec.Local, pc.Spec.Hosted = providersv1alpha1.BackendHosted, nil, hosted
+			require.NoError(t, env.Client.Create(context.Background(), pc, client.DryRunAll))
 		})
 	}
 }

@@ -172,6 +172,7 @@ type KindBackendConfig struct {
 // plane runs. Settings are read when a Cluster's workloads are made or changed; the image a Cluster
 // was created with is kept in its status, so a change of Images affects new Clusters only.
 // +kubebuilder:validation:XValidation:rule="!has(self.highAvailability) || !self.highAvailability || (has(self.storageClassName) && size(self.storageClassName) > 0)",message="spec.hosted.highAvailability needs spec.hosted.storageClassName: each etcd member keeps its data on a claim of that class"
+// +kubebuilder:validation:XValidation:rule="!has(self.allowedSourceRanges) || size(self.allowedSourceRanges) == 0 || (has(self.exposure) && self.exposure == 'LoadBalancer') || (has(self.externalHost) && size(self.externalHost) > 0)",message="spec.hosted.allowedSourceRanges with NodePort exposure needs spec.hosted.externalHost: with source ranges only the nodes running an API server answer on its NodePort (externalTrafficPolicy Local keeps the client's address for the NetworkPolicy), so clients need a load balancer in front of the nodes that checks the port; or use exposure LoadBalancer"
 type HostedBackendConfig struct {
 	// Images are the control-plane images by Kubernetes version (1.37.1 →
 	// cluster-provider/controlplane:v1.37.1): each holds kube-apiserver, kube-controller-manager
@@ -220,6 +221,20 @@ type HostedBackendConfig struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	ExternalHost string `json:"externalHost,omitempty"`
+
+	// AllowedSourceRanges, when set, are the only client addresses (CIDRs, e.g. 203.0.113.0/24)
+	// from outside the host cluster that reach the API servers; pods of the host cluster still
+	// reach them. LoadBalancer exposure: the Service's loadBalancerSourceRanges; both: the API
+	// server's NetworkPolicy admits port 6443 only from these ranges and the host's pods, and the
+	// external Service keeps the client's address (externalTrafficPolicy Local). It applies to
+	// existing Clusters at once. NodePort exposure needs externalHost with it. Enforced by the
+	// host's CNI (NetworkPolicy) and load balancer.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="spec.hosted.allowedSourceRanges entries must be CIDRs, e.g. 203.0.113.0/24 or 2001:db8::/32"
+	// +listType=set
+	// +optional
+	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
 
 	// Resources of each control plane's containers. Defaults: apiServer requests 100m CPU and
 	// 256Mi (limit 768Mi), controllerManager 20m and 64Mi (limit 256Mi), etcd 20m and 64Mi

@@ -66,6 +66,11 @@ func (in *HostedBackendConfig) DeepCopyInto(out *HostedBackendConfig) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.AllowedSourceRanges != nil {
+		in, out := &in.AllowedSourceRanges, &out.AllowedSourceRanges
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Resources != nil {
 		in, out := &in.Resources, &out.Resources
 		*out = new(HostedResources)
