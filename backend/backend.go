@@ -137,6 +137,10 @@ type State struct {
 	// Etcd is the state of the cluster's etcd beyond answering (its NOSPACE alarm), for a Backend
 	// that keeps it (local, hosted); nil where the Backend does not report it (or not yet).
 	Etcd *Part
+	// Exposure is whether the cluster's endpoint survives the loss of any one node of the host
+	// that runs it (hosted: not while it is one node's address); nil where the Backend does not
+	// report it. A warning, not an outage: the cluster stays Ready either way.
+	Exposure *Part
 	// Repaired, when not empty, says what of the cluster's state the backend found damaged and
 	// made anew without loss (a garbled record rebuilt from the Cluster's status). It is reported
 	// by one Ensure only: the reconciler turns it into a Warning Event.
@@ -163,6 +167,14 @@ type Part struct {
 
 // ReasonEtcdNoSpace: the cluster's etcd database reached its quota; it takes no writes (State.Etcd).
 const ReasonEtcdNoSpace = "EtcdNoSpace"
+
+// Reasons of State.Exposure: the endpoint is one node's address (SingleNodeEndpoint), or a
+// host name the platform keeps reachable (ExternalHost), or a load balancer's (LoadBalancer).
+const (
+	ReasonSingleNodeEndpoint = "SingleNodeEndpoint"
+	ReasonExternalHost       = "ExternalHost"
+	ReasonLoadBalancer       = "LoadBalancer"
+)
 
 // EndpointAPIServerExternal is the name of the API server's endpoint in status.endpoints.
 const EndpointAPIServerExternal = "apiserver-external"

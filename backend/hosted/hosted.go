@@ -376,6 +376,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		st.ProviderStatus = ps
 	}
 	st.Etcd = ps.Etcd.part()
+	st.Exposure = exposure(s, settings, ps.ExternalHost, pc.Name)
 	if st.Etcd != nil && !st.Etcd.Ready && !st.Ready {
 		// etcd's readiness check fails on its alarm: what keeps the cluster from Ready is that.
 		st.Reason, st.Message = backend.ReasonEtcdNoSpace, st.Etcd.Message
@@ -659,6 +660,21 @@ func (b *Backend) external(ctx context.Context, h *host, s *Spec, settings *prov
 		ps.ExternalHost = host
 	}
 	return externalURL(ps.ExternalHost, port), "", nil
+}
+
+// exposure says whether the endpoint of s survives the loss of one node: not while it is the
+// address of the host's first node, which a NodePort control plane without externalHost gets.
+func exposure(s *Spec, settings *providersv1alpha1.HostedBackendConfig, host, pcName string) *backend.Part {
+	switch {
+	case s.exposure() == corev1.ServiceTypeLoadBalancer:
+		return &backend.Part{Ready: true, Reason: backend.ReasonLoadBalancer, Message: "The endpoint is the load balancer of Service " + s.Namespace + "/" + NameExternal + "."}
+	case settings.ExternalHost != "":
+		return &backend.Part{Ready: true, Reason: backend.ReasonExternalHost, Message: fmt.Sprintf(
+			"The endpoint is spec.hosted.externalHost %s of ProviderConfig %s, which the platform keeps reaching a node.", settings.ExternalHost, pcName)}
+	}
+	return &backend.Part{Reason: backend.ReasonSingleNodeEndpoint, Message: fmt.Sprintf(
+		"The endpoint %s is one node's address (spec.hosted.externalHost of ProviderConfig %s is not set): while that node is down, clients cannot reach this API server. Set spec.hosted.externalHost to a load balancer or DNS name in front of the nodes, or use exposure LoadBalancer.",
+		host, pcName)}
 }
 
 // firstNodeAddress is the InternalIP of the host cluster's first node by name.

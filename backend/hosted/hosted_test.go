@@ -1145,3 +1145,27 @@ func TestSourceRangesLive(t *testing.T) {
 	assert.Equal(t, corev1.ServiceExternalTrafficPolicyCluster, get(t, &corev1.Service{}, ns, NameExternal).Spec.ExternalTrafficPolicy)
 	assert.Empty(t, from())
 }
+
+// TestExposure: an endpoint on spec.hosted.externalHost or a load balancer survives a node's
+// loss; the default, one node's address, is reported as not resilient (a warning).
+func TestExposure(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("exposure")
+	st := h.ensure(t, cl)
+	require.NotNil(t, st.Exposure)
+	assert.True(t, st.Exposure.Ready)
+	assert.Equal(t, backend.ReasonExternalHost, st.Exposure.Reason)
+
+	h.pc.Spec.Hosted.ExternalHost = ""
+	st = h.ensure(t, cl)
+	assert.False(t, st.Exposure.Ready)
+	assert.Equal(t, backend.ReasonSingleNodeEndpoint, st.Exposure.Reason)
+	assert.Contains(t, st.Exposure.Message, "The endpoint 203.0.113.10 is one node's address")
+	assert.Contains(t, st.Exposure.Message, "Set spec.hosted.externalHost")
+
+	h.pc.Spec.Hosted.Exposure = corev1.ServiceTypeLoadBalancer
+	lb := newCluster("exposure-lb")
+	st = h.ensure(t, lb)
+	assert.True(t, st.Exposure.Ready)
+	assert.Equal(t, backend.ReasonLoadBalancer, st.Exposure.Reason)
+}

@@ -29,6 +29,11 @@ const (
 	// ConditionEtcdHealthy says whether the cluster's etcd takes writes (for a backend that reports
 	// it: local, hosted): False with reason EtcdNoSpace while its database is at its quota.
 	ConditionEtcdHealthy = "EtcdHealthy"
+	// ConditionEndpointResilient says whether the cluster's endpoint survives the loss of any one
+	// node of its host (for a backend that reports it: hosted): False with reason
+	// SingleNodeEndpoint while it is one node's address. Informational: it does not make the
+	// Cluster not Ready.
+	ConditionEndpointResilient = "EndpointResilient"
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
 	// ConditionVersionUpToDate says whether the cluster runs the version the Cluster asks for:
@@ -110,10 +115,15 @@ func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State,
 	} else {
 		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionControllerManagerReady)
 	}
-	if p := s.Etcd; p != nil {
-		setCondition(cl, ConditionEtcdHealthy, p.Ready, p.Reason, p.Message)
-	} else {
-		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionEtcdHealthy)
+	for _, part := range []struct {
+		condType string
+		p        *backend.Part
+	}{{ConditionEtcdHealthy, s.Etcd}, {ConditionEndpointResilient, s.Exposure}} {
+		if part.p != nil {
+			setCondition(cl, part.condType, part.p.Ready, part.p.Reason, part.p.Message)
+		} else {
+			meta.RemoveStatusCondition(&cl.Status.Conditions, part.condType)
+		}
 	}
 	cl.Status.APIServer = s.Endpoint
 	cl.Status.Endpoints = cl.Status.Endpoints[:0]
@@ -208,12 +218,14 @@ func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
 	setCondition(cl, ConditionDeleted, false, ReasonDeleting, fmt.Sprintf("The %s backend deletes the cluster.", backendName))
 }
 
-// finish sets observedGeneration and the phase. VersionUpToDate, BackedUp and Restored do not
-// count: a cluster whose version change was refused keeps serving its version and stays Ready
-// (its requests are granted); one that upgrades or is restored is not Ready anyway while its API
-// server restarts; a failed snapshot is worth an alert, not an outage.
+// finish sets observedGeneration and the phase. VersionUpToDate, BackedUp, Restored and
+// EndpointResilient do not count: a cluster whose version change was refused keeps serving its
+// version and stays Ready (its requests are granted); one that upgrades or is restored is not
+// Ready anyway while its API server restarts; a failed snapshot, or an endpoint on one node, is
+// worth an alert, not an outage.
 func finish(cl *clustersv1alpha1.Cluster) {
-	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(), ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored)
+	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(),
+		ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored, ConditionEndpointResilient)
 }
 
 // transition describes how a condition changed between two statuses: "" if its status and

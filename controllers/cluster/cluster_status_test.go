@@ -218,3 +218,22 @@ func TestTransition(t *testing.T) {
 		})
 	}
 }
+
+// TestEndpointResilient: the backend's Exposure is condition EndpointResilient; False (an
+// endpoint on one node) is a warning that leaves the Cluster Ready; a backend that does not
+// report it has no such condition.
+func TestEndpointResilient(t *testing.T) {
+	cl := &clustersv1alpha1.Cluster{}
+	st := backend.State{Ready: true, Reason: backend.ReasonRunning, Message: "serving", Runs: "1.37.1",
+		Exposure: &backend.Part{Reason: backend.ReasonSingleNodeEndpoint, Message: "The endpoint 172.18.0.3 is one node's address"}}
+	require.NoError(t, setState(cl, "hosted", st, nil))
+	finish(cl)
+	c := condition(t, cl, ConditionEndpointResilient)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, backend.ReasonSingleNodeEndpoint, c.Reason)
+	assert.Equal(t, common.PhaseReady, cl.Status.Phase, "a warning, not an outage")
+
+	st.Exposure = nil
+	require.NoError(t, setState(cl, "local", st, nil))
+	assert.Nil(t, meta.FindStatusCondition(cl.Status.Conditions, ConditionEndpointResilient))
+}

@@ -214,6 +214,9 @@ func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condit
 			r.Event(cl, "Normal", ReasonEtcdHealthy, "Etcd", "%s", "etcd takes writes again.")
 		}
 	}
+	if changed, c := transition(before, cl.Status.Conditions, ConditionEndpointResilient); changed && c.Status != metav1.ConditionTrue {
+		r.Event(cl, "Warning", c.Reason, "Expose", "%s", c.Message)
+	}
 	if changed, c := transition(before, cl.Status.Conditions, ConditionRestored); changed {
 		switch c.Reason {
 		case ReasonRestoreDone:
