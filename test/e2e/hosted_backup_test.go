@@ -56,6 +56,8 @@ func TestHostedBackupOnKind(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("etcd checked: %s", awaitEtcdHealthy(t, c, cl))
 	checkPolicies(t, c, cl)
+	checkSealed(t, c, kubeconfig, cl)
+	checkExposure(t, c, cl, pc.Name)
 
 	start := time.Now()
 	first := awaitBackups(t, c, cl, 1)[0]
