@@ -24,11 +24,16 @@
 //     LoadBalancer), and etcd;
 //   - NetworkPolicies: etcd takes only its API server; the API server takes clients on 6443 and
 //     reaches only its etcd, DNS and the OIDC issuers' ports (public addresses unless the
-//     ProviderConfig allows private issuers);
+//     ProviderConfig allows private issuers); with spec.hosted.allowedSourceRanges it takes
+//     clients from those ranges and the host's pods only; default-deny for everything else;
 //   - the ConfigMap with the structured authentication configuration, which the API server reloads;
 //     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once;
 //   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with, and
-//     a restore under way.
+//     a restore under way;
+//   - Secret encryption (encryption.go): the keys the API servers encrypt Secrets with at rest,
+//     staged before they write, kept beside the snapshots;
+//   - unless the ProviderConfig turns audit logs off, the ConfigMap audit-policy, the API server's
+//     audit log on a capped volume and the sidecar that streams it (cmd/audit-log).
 //
 // Snapshots (backup.go) are Jobs of the control plane's own image (cmd/etcd-snapshot) in the host's
 // namespace cluster-provider-backups, onto a claim per Cluster that outlives it; restores
