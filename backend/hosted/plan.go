@@ -323,7 +323,7 @@ func (s *Spec) AuditPolicyConfigMap() *corev1.ConfigMap {
 // auditSidecar is the container that streams the API server's audit log (cmd/audit-log of the
 // control-plane image) to its output, where the host's log collection finds it.
 func (s *Spec) auditSidecar() corev1.Container {
-	return corev1.Container{
+	c := corev1.Container{
 		Name:    containerAudit,
 		Image:   s.Image,
 		Command: []string{binDir + "audit-log", "--file=" + auditLogMount + "/" + auditLogFile},
@@ -333,6 +333,10 @@ func (s *Spec) auditSidecar() corev1.Container {
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: "audit-log", MountPath: auditLogMount, ReadOnly: true}},
 	}
+	if s.HighAvailability {
+		c.Resources = memoryAsLimited(c.Resources) // as the control plane's other containers
+	}
+	return c
 }
 
 // High availability (Spec.HighAvailability).

@@ -580,12 +580,13 @@ func TestDefaultDeny(t *testing.T) {
 func TestAuditAndEncryptionPlan(t *testing.T) {
 	for _, c := range []struct {
 		name              string
-		audit             bool
+		audit, ha         bool
 		encryption        string
 		wantObjectsExtras int
 	}{
 		{name: "neither"},
 		{name: "audit", audit: true, wantObjectsExtras: 1},
+		{name: "audit, highly available", audit: true, ha: true, wantObjectsExtras: 1},
 		{name: "encryption", encryption: "abc123"},
 		{name: "both", audit: true, encryption: "abc123", wantObjectsExtras: 1},
 	} {
@@ -593,6 +594,10 @@ func TestAuditAndEncryptionPlan(t *testing.T) {
 			base := testSpec()
 			s := testSpec()
 			s.Audit, s.Encryption = c.audit, c.encryption
+			if c.ha {
+				base.HighAvailability, base.StorageClassName = true, "fast"
+				s.HighAvailability, s.StorageClassName = true, "fast"
+			}
 			assert.Len(t, s.Objects(), len(base.Objects())+c.wantObjectsExtras)
 			dep := s.APIServerDeployment()
 			pod := dep.Spec.Template.Spec
@@ -613,6 +618,8 @@ func TestAuditAndEncryptionPlan(t *testing.T) {
 				assert.Equal(t, []string{"/usr/local/bin/audit-log", "--file=/var/log/kubernetes/audit/audit.log"}, sidecar.Command)
 				assert.True(t, *sidecar.SecurityContext.ReadOnlyRootFilesystem)
 				assert.True(t, sidecar.VolumeMounts[0].ReadOnly, "the sidecar only reads the log")
+				req, limit := sidecar.Resources.Requests[corev1.ResourceMemory], sidecar.Resources.Limits[corev1.ResourceMemory]
+				assert.Equal(t, c.ha, req.Equal(limit), "highly available: memory requested as limited, as every container of it (%s of %s)", req.String(), limit.String())
 				var vol *corev1.Volume
 				for i := range pod.Volumes {
 					if pod.Volumes[i].Name == "audit-log" {
