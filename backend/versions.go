@@ -179,7 +179,7 @@ type Want struct {
 	// VersionNotSupported): no cluster is made for it, and a running one keeps its version.
 	NotOffered error
 	// Audit: the cluster's API server keeps an audit log (the ProviderConfig's spec.audit), for a
-	// backend that runs it (local); others ignore it.
+	// backend that runs it (local, hosted); others ignore it.
 	Audit bool
 }
 

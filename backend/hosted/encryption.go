@@ -2,8 +2,6 @@ package hosted
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -39,10 +37,7 @@ const SecretEncryption = "encryption"
 const encryptionRetry = 30 * time.Second
 
 // configSum is the checksum of an EncryptionConfiguration (Spec.Encryption).
-func configSum(cfg []byte) string {
-	sum := sha256.Sum256(cfg)
-	return hex.EncodeToString(sum[:8])
-}
+func configSum(cfg []byte) string { return hashOf([]string{string(cfg)}) }
 
 // readKeys reads the encryption keys in Secret name of namespace ns; found is false when there
 // is none. Keys that do not read are an error of reason StateDamaged: replaced, the Secrets written

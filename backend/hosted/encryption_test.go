@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
 )
@@ -27,6 +29,26 @@ func keysIn(t *testing.T, ns string) (encryption.State, string) {
 	require.NoError(t, err)
 	assert.Equal(t, string(cfg), string(sec.Data[encryption.ConfigFile]), "the config is made from the keys")
 	return s, configSum(cfg)
+}
+
+// rolledOutSeen is rolledOutNow, then waits until the backend's cache holds the workloads as they
+// are now: an Ensure right after reads them from there.
+func (h *harness) rolledOutSeen(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	rolledOutNow(t, cl)
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	ns := NamespaceFor(cl.UID)
+	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &appsv1.Deployment{}} {
+		name := NameEtcd
+		if _, ok := obj.(*appsv1.Deployment); ok {
+			name = NameAPIServer
+		}
+		want := get(t, obj, ns, name).GetResourceVersion()
+		require.Eventually(t, func() bool {
+			return hst.cache.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, obj) == nil && obj.GetResourceVersion() == want
+		}, 10*time.Second, 10*time.Millisecond, "the backend's cache sees %s/%s", ns, name)
+	}
 }
 
 // encryptionOf is what the API server's pod template reads: its checksum annotation, whether it
@@ -65,7 +87,7 @@ func TestEncryptionKeys(t *testing.T) {
 	assert.Equal(t, sum, got)
 	assert.True(t, mounted && flag, "the API server reads the config: mounted %v, flag %v", mounted, flag)
 	assert.False(t, keys.Done())
-	rolledOutNow(t, cl)
+	h.rolledOutSeen(t, cl)
 	st := h.ensure(t, cl)
 	require.True(t, st.Ready)
 	keys, _ = keysIn(t, ns)
@@ -86,7 +108,7 @@ func TestEncryptionKeys(t *testing.T) {
 		delete(dep.Spec.Template.Annotations, AnnotationEncryption)
 		dep.Annotations[AnnotationInputs] = "a release before encryption"
 		require.NoError(t, env.Client.Update(t.Context(), dep))
-		rolledOutNow(t, old)
+		h.rolledOutSeen(t, old)
 
 		st := h.ensure(t, old)
 		staged, sum := keysIn(t, ons)
@@ -99,7 +121,7 @@ func TestEncryptionKeys(t *testing.T) {
 		h.ensure(t, old)
 		again, _ := keysIn(t, ons)
 		assert.True(t, again.Staged, "the new API servers have not rolled out: still staged")
-		rolledOutNow(t, old)
+		h.rolledOutSeen(t, old)
 		h.ensure(t, old)
 		writing, sum := keysIn(t, ons)
 		assert.False(t, writing.Staged)
@@ -111,7 +133,7 @@ func TestEncryptionKeys(t *testing.T) {
 		h.ensure(t, old)
 		assert.Equal(t, before, h.rewrites.Load(), "not before the API servers write with the key")
 
-		rolledOutNow(t, old)
+		h.rolledOutSeen(t, old)
 		failed := errors.New("listing Secrets: the server is currently unable to handle the request")
 		h.rewriteErr.Store(&failed)
 		st = h.ensure(t, old)
@@ -137,7 +159,7 @@ func TestEncryptionKeys(t *testing.T) {
 		assert.Equal(t, keys.Keys[0], rotated.Keys[1], "the old key stays to read")
 		got, _, _ := encryptionOf(t, ns)
 		assert.Equal(t, sum, got)
-		rolledOutNow(t, cl)
+		h.rolledOutSeen(t, cl)
 		h.ensure(t, cl)
 		rotated, _ = keysIn(t, ns)
 		assert.False(t, rotated.Staged)
@@ -145,7 +167,7 @@ func TestEncryptionKeys(t *testing.T) {
 		assert.Equal(t, "2026-11-26", rotated.Rotation)
 		assert.Equal(t, before, h.rewrites.Load())
 
-		rolledOutNow(t, cl)
+		h.rolledOutSeen(t, cl)
 		h.ensure(t, cl)
 		kept, _ := keysIn(t, ns)
 		assert.Equal(t, before+1, h.rewrites.Load(), "every Secret rewritten with the new key")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -1168,4 +1169,36 @@ func TestExposure(t *testing.T) {
 	st = h.ensure(t, lb)
 	assert.True(t, st.Exposure.Ready)
 	assert.Equal(t, backend.ReasonLoadBalancer, st.Exposure.Reason)
+}
+
+// TestAuditLive: the ProviderConfig's audit switch reaches an existing control plane: its API
+// server's Deployment rolls with the audit sidecar and flags, and without them when turned off.
+func TestAuditLive(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("audited")
+	want := backend.Want{Version: "1.37.1", Audit: true}
+	h.ensureWant(t, cl, want)
+	h.etcdUp(t, cl)
+	ns := NamespaceFor(cl.UID)
+	audited := func() (sidecar, flag bool) {
+		pod := get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Spec
+		for _, c := range pod.Containers {
+			sidecar = sidecar || c.Name == containerAudit
+		}
+		return sidecar, slices.ContainsFunc(pod.InitContainers[0].Args, func(a string) bool { return strings.HasPrefix(a, "--audit-log-path=") })
+	}
+	h.ensureWant(t, cl, want)
+	sidecar, flag := audited()
+	assert.True(t, sidecar && flag, "audit on: sidecar %v, flag %v", sidecar, flag)
+	assert.Contains(t, get(t, &corev1.ConfigMap{}, ns, NameAuditPolicy).Data[auditPolicyKey], "level: Metadata")
+
+	want.Audit = false
+	h.ensureWant(t, cl, want)
+	sidecar, flag = audited()
+	assert.False(t, sidecar || flag, "audit off: sidecar %v, flag %v", sidecar, flag)
+
+	want.Audit = true
+	h.ensureWant(t, cl, want)
+	sidecar, flag = audited()
+	assert.True(t, sidecar && flag, "on again")
 }

@@ -59,7 +59,8 @@ type providerStatus struct {
 	Etcd *etcdHealth `json:"etcd,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.
 	ImageRefresh string `json:"imageRefresh,omitempty"`
-	// Encryption is the state of the encryption at rest (encryption.go; its Secret is the record).
+	// Encryption is the state of the encryption at rest, in the status only (encryption.go:
+	// Secret SecretEncryption is its record).
 	Encryption *encryption.Status `json:"encryption,omitempty"`
 }
 
@@ -98,6 +99,7 @@ func readRecord(ctx context.Context, h *host, ns string) (ps providerStatus, fou
 
 // writeRecord writes ps into the record of s's control plane, when it changed.
 func writeRecord(ctx context.Context, h *host, s *Spec, ps providerStatus) error {
+	ps.Encryption = nil // status only: Secret SecretEncryption is its record
 	data, err := json.Marshal(ps)
 	if err != nil {
 		return err

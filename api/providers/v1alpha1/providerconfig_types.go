@@ -67,8 +67,8 @@ type ProviderConfigSpec struct {
 	Backup *BackupPolicy `json:"backup,omitempty"`
 
 	// Audit switches the audit logs of the profile's Clusters, for the backends that run their API
-	// servers (local). Unset: on. A change restarts each Cluster's API server with or without them;
-	// the logs written stay.
+	// servers (local, hosted). Unset: on. A change restarts (local) or rolls (hosted) each
+	// Cluster's API server with or without them; the logs written stay.
 	// +optional
 	Audit *AuditPolicy `json:"audit,omitempty"`
 }
