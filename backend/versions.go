@@ -179,7 +179,8 @@ type Want struct {
 	// VersionNotSupported): no cluster is made for it, and a running one keeps its version.
 	NotOffered error
 	// Audit: the cluster's API server keeps an audit log (the ProviderConfig's spec.audit), for a
-	// backend that runs it (local, hosted); others ignore it.
+	// backend that runs it and is not bound to the ProviderConfig (local); hosted reads its
+	// ProviderConfig's; others ignore it.
 	Audit bool
 }
 

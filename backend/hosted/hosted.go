@@ -276,7 +276,9 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err != nil {
 		return backend.State{}, err
 	}
-	s.Audit = want.Audit
+	// From the ProviderConfig, as every setting of the control plane: Ensure is not the only caller
+	// (adminConfig ensures with an empty Want), and what it applies must not depend on who calls.
+	s.Audit = pc.Spec.Audit.On()
 	ps = providerStatus{Backend: Name, Namespace: s.Namespace, Version: backend.Normalize(version), Image: s.Image,
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: upgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,

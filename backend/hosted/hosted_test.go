@@ -1172,11 +1172,12 @@ func TestExposure(t *testing.T) {
 }
 
 // TestAuditLive: the ProviderConfig's audit switch reaches an existing control plane: its API
-// server's Deployment rolls with the audit sidecar and flags, and without them when turned off.
+// server's Deployment rolls with the audit sidecar and flags, and without them when turned off;
+// AdminConfig of a new operator (no credentials in memory yet) changes nothing of it.
 func TestAuditLive(t *testing.T) {
 	h := startBackend(t)
 	cl := newCluster("audited")
-	want := backend.Want{Version: "1.37.1", Audit: true}
+	want := backend.Want{Version: "1.37.1"}
 	h.ensureWant(t, cl, want)
 	h.etcdUp(t, cl)
 	ns := NamespaceFor(cl.UID)
@@ -1192,12 +1193,21 @@ func TestAuditLive(t *testing.T) {
 	assert.True(t, sidecar && flag, "audit on: sidecar %v, flag %v", sidecar, flag)
 	assert.Contains(t, get(t, &corev1.ConfigMap{}, ns, NameAuditPolicy).Data[auditPolicyKey], "level: Metadata")
 
-	want.Audit = false
+	// A new operator's first call for the control plane may be AdminConfig (an AccessRequest
+	// reconciled before its Cluster): it leaves the workloads as they are.
+	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+	h2 := startBackend(t)
+	h2.pc = h.pc
+	_, err := h2.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	assert.Equal(t, dep.Generation, get(t, &appsv1.Deployment{}, ns, NameAPIServer).Generation, "AdminConfig rolls nothing")
+
+	h.pc.Spec.Audit = &providersv1alpha1.AuditPolicy{Disabled: true}
 	h.ensureWant(t, cl, want)
 	sidecar, flag = audited()
 	assert.False(t, sidecar || flag, "audit off: sidecar %v, flag %v", sidecar, flag)
 
-	want.Audit = true
+	h.pc.Spec.Audit = nil
 	h.ensureWant(t, cl, want)
 	sidecar, flag = audited()
 	assert.True(t, sidecar && flag, "on again")
