@@ -75,6 +75,10 @@ test: envtest envtest-prev $(ETCD_LINE_BINS) ## Run all tests with the race dete
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) LOCAL_ETCD_BINARIES=$(subst $(space),:,$(ETCD_LINE_BINS)) \
 	  LOCAL_PREV_BINARIES=$(PREV_ASSETS) go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: test-stress
+test-stress: envtest envtest-prev $(ETCD_LINE_BINS) ## make test on a busy machine on purpose: STRESS_RUNS (3) runs in a row, the test cache off, beside STRESS_BURNERS (one per core) CPU burners.
+	hack/test-stress.sh
+
 .PHONY: deploy-check
 deploy-check: envtest ## kustomize build every base and overlay of deploy/, server-side dry-run apply against envtest; the hosted host-access policy.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestStateVolume|TestNetworkPolicy|TestHostedScope|TestSamples|TestKustomizationListsEveryCRD' -v

@@ -144,9 +144,10 @@ func TestProfileLifecycle(t *testing.T) {
 	requireCondition(t, cl.Status.Status, cluster.ConditionAPIServerReady, metav1.ConditionFalse, backend.ReasonStarting)
 
 	// A spec change: the profile follows, the controllers restart once.
-	cur, _ := get(t, client.ObjectKeyFromObject(pc), &providersv1alpha1.ProviderConfig{})
-	cur.Spec.SupportedVersions = append(cur.Spec.SupportedVersions, clustersv1alpha1.SupportedK8sVersion{Version: "1.38.0"})
-	require.NoError(t, env.Client.Update(ctx, cur))
+	cur := pc.DeepCopy()
+	testenv.Update(ctx, t, env.Client, cur, func(cur *providersv1alpha1.ProviderConfig) {
+		cur.Spec.SupportedVersions = append(cur.Spec.SupportedVersions, clustersv1alpha1.SupportedK8sVersion{Version: "1.38.0"})
+	})
 	waitPhase(t, cur, common.PhaseReady)
 	eventually(t, func() bool {
 		cp, _ := get(t, client.ObjectKey{Name: name}, &clustersv1alpha1.ClusterProfile{})
@@ -213,8 +214,7 @@ func TestInvalidSpec(t *testing.T) {
 	assert.False(t, running)
 	env.AwaitEvent(t, pc, ReasonInvalidSpec) // the Warning Event
 
-	got.Spec.DefaultVersion = "1.37.1"
-	require.NoError(t, env.Client.Update(ctx, got))
+	testenv.Update(ctx, t, env.Client, got, func(got *providersv1alpha1.ProviderConfig) { got.Spec.DefaultVersion = "1.37.1" })
 	got = waitPhase(t, got, common.PhaseReady)
 	requireCondition(t, got.Status.Status, ConditionSpecValid, metav1.ConditionTrue, ReasonValid)
 	_, running = e.Running(name)
@@ -274,15 +274,17 @@ func TestOperationAnnotations(t *testing.T) {
 	_, ok := get(t, client.ObjectKey{Name: profileName(ignored)}, &clustersv1alpha1.ClusterProfile{})
 	assert.False(t, ok)
 
-	delete(got.Annotations, constants.OperationAnnotation)
-	require.NoError(t, env.Client.Update(ctx, got))
+	testenv.Update(ctx, t, env.Client, got, func(got *providersv1alpha1.ProviderConfig) {
+		delete(got.Annotations, constants.OperationAnnotation)
+	})
 	got = waitPhase(t, got, common.PhaseReady)
 
 	// Someone deletes the profile by hand; a reconcile annotation (or the profile watch)
 	// restores it, and the annotation is removed.
 	require.NoError(t, env.Client.Delete(ctx, &clustersv1alpha1.ClusterProfile{ObjectMeta: metav1.ObjectMeta{Name: profileName(got)}}))
-	got.Annotations = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueReconcile}
-	require.NoError(t, env.Client.Update(ctx, got))
+	testenv.Update(ctx, t, env.Client, got, func(got *providersv1alpha1.ProviderConfig) {
+		got.Annotations = map[string]string{constants.OperationAnnotation: constants.OperationAnnotationValueReconcile}
+	})
 	eventually(t, func() bool {
 		cur, _ := get(t, client.ObjectKeyFromObject(got), &providersv1alpha1.ProviderConfig{})
 		_, hasProfile := get(t, client.ObjectKey{Name: profileName(got)}, &clustersv1alpha1.ClusterProfile{})
@@ -368,8 +370,9 @@ func TestClusterOperationAnnotations(t *testing.T) {
 	got, _ := get(t, client.ObjectKeyFromObject(ignored), &clustersv1alpha1.Cluster{})
 	assert.Equal(t, ignored.ResourceVersion, got.ResourceVersion, "an ignored Cluster was written to")
 
-	got.Annotations[constants.OperationAnnotation] = constants.OperationAnnotationValueReconcile
-	require.NoError(t, env.Client.Update(ctx, got))
+	testenv.Update(ctx, t, env.Client, got, func(got *clustersv1alpha1.Cluster) {
+		got.Annotations[constants.OperationAnnotation] = constants.OperationAnnotationValueReconcile
+	})
 	got = waitClusterReconciled(t, got)
 	eventually(t, func() bool {
 		cur, _ := get(t, client.ObjectKeyFromObject(got), &clustersv1alpha1.Cluster{})

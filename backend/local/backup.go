@@ -243,6 +243,7 @@ func (b *Backend) restore(r *restore, dir string, bins Binaries, m meta) {
 			os.RemoveAll(dir) // nothing of the user's in it yet
 		}
 		b.restoreErrs[m.UID] = fmt.Errorf("making the cluster from snapshot %s failed: %w", r.snapshot.Ref(), err)
+		b.freedLocked() // its place, until its next Ensure
 		return
 	case err != nil:
 		log.Error(err, "Restoring the snapshot failed; the cluster starts again with its data as it was", "snapshot", r.snapshot.Name)
@@ -257,6 +258,7 @@ func (b *Backend) restore(r *restore, dir string, bins Binaries, m meta) {
 	if _, err := b.runLocked(dir, m); err != nil {
 		delete(b.restores, m.UID) // the next Ensure starts the cluster from its record
 		log.Error(err, "Starting the cluster after a restore failed; the next reconcile tries again")
+		b.freedLocked()
 	}
 }
 

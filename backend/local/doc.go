@@ -92,8 +92,12 @@
 //
 // # Capacity
 //
-// A Cluster refused for capacity (CapacityExhausted) is remembered, and notified when a cluster
-// is deleted: it starts then without anybody touching it.
+// A place of --local-max-clusters is held by a cluster that runs and by one being made from a
+// snapshot. A Cluster refused for capacity (CapacityExhausted) is remembered, and every place that
+// frees (a cluster deleted, one that failed to start or to be made from a snapshot) notifies the
+// waiting Clusters, the longest waiting first: the first whose reconcile comes starts, without
+// anybody touching it; the others wait on. The refusal also asks for a reconcile after 30 s, so a
+// notification lost while its profile restarts does not strand a Cluster (capacity.go).
 //
 // # Sharing one pod
 //

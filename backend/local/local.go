@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,8 +79,10 @@ type Backend struct {
 	lockedBy  string // while Start waits for the lock of --state-dir: who holds it
 	instances map[types.UID]*instance
 	deleting  map[types.UID]bool
-	// waiting are the Clusters refused for capacity; they are notified when a cluster is deleted.
-	waiting map[types.UID]backend.Ref
+	// waiting are the Clusters refused for capacity; they are notified when a place frees
+	// (capacity.go).
+	waiting map[types.UID]waiter
+	waited  uint64 // how many waiters came: the rank of the last
 	// upgrades are the clusters moving to another version, until their new API server serves.
 	upgrades map[types.UID]*upgrade
 	// restores are the clusters whose etcd data a snapshot replaces, until they serve again;
@@ -152,7 +153,7 @@ func New(opts Options) (*Backend, error) {
 		log:         opts.Logger,
 		instances:   map[types.UID]*instance{},
 		deleting:    map[types.UID]bool{},
-		waiting:     map[types.UID]backend.Ref{},
+		waiting:     map[types.UID]waiter{},
 		upgrades:    map[types.UID]*upgrade{},
 		restores:    map[types.UID]*restore{},
 		restoreErrs: map[types.UID]error{},
@@ -307,11 +308,10 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 				return backend.State{}, want.NotOffered // never made: nothing to keep running
 			}
 		}
-		if n := len(b.instances); n >= b.opts.MaxClusters {
-			b.waiting[cl.UID] = backend.RefOf(cl) // started once a cluster is deleted
-			return backend.State{}, backend.Errorf(backend.ReasonCapacityExhausted,
-				"this operator already runs %d local clusters, the most --local-max-clusters allows; the cluster starts by itself once another Cluster is deleted, or raise --local-max-clusters", n)
+		if b.usedLocked() >= b.opts.MaxClusters {
+			return backend.State{}, b.refuseLocked(cl.UID, backend.RefOf(cl)) // started once a place frees
 		}
+		delete(b.waiting, cl.UID)
 		dir := b.dir(cl.UID)
 		m, err := readMeta(dir)
 		running := m.Version // "" for a cluster not made yet
@@ -357,7 +357,6 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 			delete(b.upgrades, cl.UID)
 			return backend.State{}, b.stateError(err)
 		}
-		delete(b.waiting, cl.UID)
 		in.mu.Lock()
 		port := in.meta.Ports.APIServer
 		in.mu.Unlock()
@@ -450,6 +449,7 @@ func (b *Backend) upgrade(old *instance, up *upgrade) {
 	if err != nil {
 		delete(b.upgrades, m.UID) // the next Ensure starts the cluster from its record
 		old.log.Error(err, "Starting the upgraded cluster failed; the next reconcile tries again", "version", m.Version)
+		b.freedLocked()
 	}
 	b.mu.Unlock()
 	b.notify(old)
@@ -634,17 +634,14 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 
 	if in != nil {
 		in.stop(true)
-		b.mu.Lock()
-		b.ports.release(in.meta.Ports)
-		waiting := slices.Collect(maps.Values(b.waiting))
-		b.mu.Unlock()
 		b.log.Info("Stopped a cluster for deletion", "cluster", cl.Namespace+"/"+cl.Name)
-		if b.opts.Notify != nil {
-			for _, r := range waiting { // capacity freed: the first of them to come gets it
-				b.opts.Notify(r)
-			}
-		}
 	}
+	b.mu.Lock()
+	if in != nil {
+		b.ports.release(in.meta.Ports)
+	}
+	b.freedLocked() // also for a cluster that was being made from a snapshot
+	b.mu.Unlock()
 	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
 		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)
 	}

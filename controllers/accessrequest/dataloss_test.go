@@ -33,10 +33,10 @@ func TestStandardRolesAndDataLoss(t *testing.T) {
 		ar  *clustersv1alpha1.AccessRequest
 		old *corev1.Secret
 	)
+	cl = newCluster(t, ns, "lossy", newProviderConfig(t)) // made here: they outlive the subtest's operator
 	t.Run("view: the kubeconfig lists pods and writes nothing", func(t *testing.T) {
 		// This operator stops when the subtest ends, as if its pod were deleted.
 		operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true, StateDir: stateDir})
-		cl = newCluster(t, ns, "lossy", newProviderConfig(t))
 		ar = newRequest(t, ns, "viewer", cl.Name, clustersv1alpha1.TokenConfig{
 			RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "view"}},
 		})

@@ -45,6 +45,7 @@ func TestOIDCAccess(t *testing.T) {
 		}},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), pc))
+	env.DeleteAtCleanup(t, pc)
 	cl := newCluster(t, ns, "oidc", "default."+testProvider+"."+pc.Name)
 
 	alice := newOIDCRequest(t, ns, "alice", cl.Name, clustersv1alpha1.OIDCConfig{

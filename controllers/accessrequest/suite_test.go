@@ -46,6 +46,7 @@ func newProviderConfig(t testing.TB) string {
 		Spec:       providersv1alpha1.ProviderConfigSpec{Backend: providersv1alpha1.BackendLocal},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), pc))
+	env.DeleteAtCleanup(t, pc)
 	return "default." + testProvider + "." + pc.Name
 }
 
@@ -56,6 +57,7 @@ func newCluster(t testing.TB, ns, name, profileName string) *clustersv1alpha1.Cl
 		Spec:       clustersv1alpha1.ClusterSpec{Profile: profileName, Tenancy: clustersv1alpha1.TenancyExclusive},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), cl))
+	env.DeleteAtCleanup(t, cl)
 	return cl
 }
 

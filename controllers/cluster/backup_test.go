@@ -19,6 +19,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // gauge reads the series of the metric name whose labels include want, as a scrape would; ok is
@@ -65,6 +66,7 @@ func TestBackupSchedule(t *testing.T) {
 			Backup: &providersv1alpha1.BackupPolicy{Interval: &metav1.Duration{Duration: time.Hour}, Keep: 2}},
 	}
 	require.NoError(t, env.Client.Create(ctx, pc))
+	env.DeleteAtCleanup(t, pc)
 	profileName := profile.Name(testEnvironment, testProvider, pc.Name)
 	cl := newCluster(t, ns, "b1", profileName, "")
 	key := client.ObjectKeyFromObject(cl)
@@ -96,8 +98,9 @@ func TestBackupSchedule(t *testing.T) {
 		cur := &clustersv1alpha1.Cluster{}
 		require.NoError(t, env.Client.Get(ctx, key, cur))
 		before := meta.FindStatusCondition(cur.Status.Conditions, cluster.ConditionBackedUp).Message
-		cur.Annotations = map[string]string{backend.AnnotationSnapshot: "now"}
-		require.NoError(t, env.Client.Update(ctx, cur))
+		testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) {
+			cur.Annotations = map[string]string{backend.AnnotationSnapshot: "now"}
+		})
 		waitCluster(t, key, "a new snapshot", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 			assert.NotContains(c, cl.Annotations, backend.AnnotationSnapshot)
 			assert.NotEqual(c, before, meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionBackedUp).Message)
@@ -111,10 +114,7 @@ func TestBackupSchedule(t *testing.T) {
 	assert.Len(t, records, 2, "the oldest was removed")
 
 	// The schedule turned off: said so; what was taken stays.
-	cur := &providersv1alpha1.ProviderConfig{}
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), cur))
-	cur.Spec.Backup.Disabled = true
-	require.NoError(t, env.Client.Update(ctx, cur))
+	testenv.Update(ctx, t, env.Client, pc, func(pc *providersv1alpha1.ProviderConfig) { pc.Spec.Backup.Disabled = true })
 	waitCluster(t, key, "schedule off", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 		hasCondition(c, cl, cluster.ConditionBackedUp, metav1.ConditionTrue, cluster.ReasonSnapshotTaken)
 		assert.Contains(c, meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionBackedUp).Message, "scheduled snapshots are off")

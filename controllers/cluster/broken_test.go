@@ -46,11 +46,11 @@ func TestBrokenState(t *testing.T) {
 	profileName := profile.Name(testEnvironment, testProvider, pc.Name)
 	names := []string{"intact", "badca", "badmeta", "nometa", "noetcd"}
 	cls := map[string]*clustersv1alpha1.Cluster{}
+	for _, name := range names {
+		newCluster(t, ns, name, profileName, "") // made here: they outlive the subtest's operator
+	}
 	t.Run("five clusters run", func(t *testing.T) {
 		op := startOperator(t, stateDir, 10) // stops when the subtest ends
-		for _, name := range names {
-			newCluster(t, ns, name, profileName, "")
-		}
 		for _, name := range names {
 			cls[name] = waitCluster(t, client.ObjectKey{Namespace: ns, Name: name}, name+" is Ready", isReady)
 		}
@@ -236,4 +236,29 @@ func TestCapacityFrees(t *testing.T) {
 	assert.Equal(t, generation, got.Generation, "nobody touched second's spec")
 	require.NoError(t, env.Client.Delete(t.Context(), second))
 	gone(t, second)
+}
+
+// TestLeftovers: a test that ends without deleting what it made (it failed half-way)
+// leaves nothing the next test's operator starts. Issue 39: TestBackupSchedule failed on a write
+// conflict and left its Cluster; every later operator of the package served its ProviderConfig,
+// started that Cluster, and it took the one place TestCapacityFrees and TestClusterLifecycle
+// waited for (reproduced: TestBackupSchedule made to fail there, then TestCapacityFrees red at the
+// same line as in the issue). Without DeleteAtCleanup the leftover here outlives its test, and
+// the next operator serves it: it runs, or waits for the place, whichever of it and "fresh" its
+// reconciler comes to first.
+func TestLeftovers(t *testing.T) {
+	var left *clustersv1alpha1.Cluster
+	// A short name: the state folder's path holds it, and etcd's sockets inside it are short.
+	require.True(t, t.Run("left", func(t *testing.T) {
+		startOperator(t, t.TempDir(), 1)
+		left = newCluster(t, env.Namespace(t), "left", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
+		waitCluster(t, client.ObjectKeyFromObject(left), "the leftover is Ready", isReady)
+	}))
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(left), left))
+	assert.NotNil(t, left.DeletionTimestamp, "the leftover is being deleted once its test ended")
+
+	startOperator(t, t.TempDir(), 1)
+	fresh := newCluster(t, env.Namespace(t), "fresh", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
+	waitCluster(t, client.ObjectKeyFromObject(fresh), "the next test's Cluster gets the place", isReady)
+	gone(t, left) // its deletion is finished by the next operator
 }

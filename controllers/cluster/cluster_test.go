@@ -27,6 +27,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/providerconfig"
 	"github.com/openmcp-local/cluster-provider/test/operator"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // Deadlines: a local cluster starts in seconds, slower under -race with other packages running.
@@ -47,6 +48,7 @@ func newProviderConfig(t testing.TB, versions ...string) *providersv1alpha1.Prov
 		pc.Spec.SupportedVersions = append(pc.Spec.SupportedVersions, clustersv1alpha1.SupportedK8sVersion{Version: v})
 	}
 	require.NoError(t, env.Client.Create(t.Context(), pc))
+	env.DeleteAtCleanup(t, pc)
 	return pc
 }
 
@@ -60,6 +62,7 @@ func newCluster(t *testing.T, ns, name, profileName, version string) *clustersv1
 		},
 	}
 	require.NoError(t, env.Client.Create(t.Context(), cl))
+	env.DeleteAtCleanup(t, cl)
 	return cl
 }
 
@@ -180,10 +183,9 @@ func TestClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("a version change is refused: the cluster keeps serving, a condition and an Event say why", func(t *testing.T) {
-		cur := &clustersv1alpha1.Cluster{}
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
-		cur.Spec.Kubernetes.Version = "1.36.3" // a downgrade, and not offered by this profile
-		require.NoError(t, env.Client.Update(ctx, cur))
+		testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) {
+			cur.Spec.Kubernetes.Version = "1.36.3" // a downgrade, and not offered by this profile
+		})
 		got := waitCluster(t, client.ObjectKeyFromObject(cl), "VersionChangeRefused", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
 			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionFalse, backend.ReasonVersionChangeRefused)
@@ -199,9 +201,7 @@ func TestClusterLifecycle(t *testing.T) {
 		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the same processes run")
 
 		// Back to what it runs: up to date again.
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
-		cur.Spec.Kubernetes.Version = ""
-		require.NoError(t, env.Client.Update(ctx, cur))
+		testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) { cur.Spec.Kubernetes.Version = "" })
 		waitCluster(t, client.ObjectKeyFromObject(cl), "VersionUpToDate again", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
 			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionTrue, cluster.ReasonVersionCurrent)
@@ -220,10 +220,9 @@ func TestClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("ProviderConfig spec change keeps the cluster running", func(t *testing.T) {
-		cur := &providersv1alpha1.ProviderConfig{}
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), cur))
-		cur.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.30.0"}}
-		require.NoError(t, env.Client.Update(ctx, cur))
+		testenv.Update(ctx, t, env.Client, pc.DeepCopy(), func(cur *providersv1alpha1.ProviderConfig) {
+			cur.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.30.0"}}
+		})
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			got := &providersv1alpha1.ProviderConfig{}
 			require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), got))
@@ -242,10 +241,8 @@ func TestClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("a foreign finalizer holds the deletion", func(t *testing.T) {
-		cur := &clustersv1alpha1.Cluster{}
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
-		controllerutil.AddFinalizer(cur, foreignFinalizer)
-		require.NoError(t, env.Client.Update(ctx, cur))
+		cur := cl.DeepCopy()
+		testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) { controllerutil.AddFinalizer(cur, foreignFinalizer) })
 		require.NoError(t, env.Client.Delete(ctx, cur))
 		waitCluster(t, client.ObjectKeyFromObject(cl), "WaitingForFinalizers", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 			assert.Equal(c, common.PhaseTerminating, cl.Status.Phase)
@@ -253,9 +250,7 @@ func TestClusterLifecycle(t *testing.T) {
 		})
 		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the cluster runs while the deletion waits")
 
-		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cur))
-		controllerutil.RemoveFinalizer(cur, foreignFinalizer)
-		require.NoError(t, env.Client.Update(ctx, cur))
+		testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) { controllerutil.RemoveFinalizer(cur, foreignFinalizer) })
 		gone(t, cl)
 		for name, pid := range pids {
 			assert.True(t, processGone(pid), "%s (pid %d) stopped", name, pid)

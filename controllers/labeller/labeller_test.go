@@ -16,6 +16,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/api/constants"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestLabeller runs every integration case against one labeller manager for the suite instance,
@@ -159,10 +160,10 @@ func TestLabeller(t *testing.T) {
 		granted := waitLabelled(t, newAccessRequest(t, w.ns, "granted", clusterRef(w.cluster)), w)
 		denied := waitLabelled(t, newAccessRequest(t, w.ns, "denied", clusterRef(w.cluster)), w)
 		answer := func(ar *clustersv1alpha1.AccessRequest, phase string) *clustersv1alpha1.AccessRequest { // as a provider does
-			base := ar.DeepCopy()
-			ar.Status.Phase = phase
-			ar.Status.ObservedGeneration = ar.Generation
-			require.NoError(t, env.Client.Status().Patch(context.Background(), ar, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})))
+			testenv.UpdateStatus(context.Background(), t, env.Client, ar, func(ar *clustersv1alpha1.AccessRequest) {
+				ar.Status.Phase = phase
+				ar.Status.ObservedGeneration = ar.Generation
+			})
 			return ar
 		}
 		granted = answer(granted, common.PhaseGranted)

@@ -19,6 +19,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestHostedRenewalOnKind renews a hosted control plane's certificates on the kind platform while
@@ -37,9 +38,8 @@ func TestHostedRenewalOnKind(t *testing.T) {
 	args := slices.Clone(op.Spec.Template.Spec.Containers[0].Args)
 	setArgs := func(a []string) {
 		t.Helper()
-		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(op), op))
-		op.Spec.Template.Spec.Containers[0].Args = a
-		require.NoError(t, c.Update(ctx, op))
+		// The Deployment controller writes the Deployment's status meanwhile.
+		testenv.Update(ctx, t, c, op, func(op *appsv1.Deployment) { op.Spec.Template.Spec.Containers[0].Args = a })
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
 			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(op), op))
 			assert.Equal(ct, op.Generation, op.Status.ObservedGeneration)

@@ -26,6 +26,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // encryptionOf is the encryption part of cl's status.providerStatus.
@@ -165,11 +166,11 @@ func checkExposure(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, 
 	}
 	require.NoError(t, json.Unmarshal(cur.Status.ProviderStatus.Raw, &ps))
 	require.NotEmpty(t, ps.ExternalHost)
-	pc := &providersv1alpha1.ProviderConfig{}
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: pcName}, pc))
-	pc.Spec.Hosted.ExternalHost = ps.ExternalHost
-	pc.Spec.Hosted.AllowedSourceRanges = []string{"198.51.100.0/24"}
-	require.NoError(t, c.Update(ctx, pc))
+	pc := &providersv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: pcName}}
+	testenv.Update(ctx, t, c, pc, func(pc *providersv1alpha1.ProviderConfig) {
+		pc.Spec.Hosted.ExternalHost = ps.ExternalHost
+		pc.Spec.Hosted.AllowedSourceRanges = []string{"198.51.100.0/24"}
+	})
 
 	ns := hosted.NamespaceFor(cl.UID)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -189,7 +190,5 @@ func checkExposure(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, 
 		assert.Equal(ct, common.PhaseReady, cur.Status.Phase)
 	}, 2*time.Minute, poll, "the source ranges reach the running control plane")
 
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: pcName}, pc))
-	pc.Spec.Hosted.AllowedSourceRanges = nil
-	require.NoError(t, c.Update(ctx, pc))
+	testenv.Update(ctx, t, c, pc, func(pc *providersv1alpha1.ProviderConfig) { pc.Spec.Hosted.AllowedSourceRanges = nil })
 }

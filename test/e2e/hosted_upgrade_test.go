@@ -73,9 +73,7 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	// The upgrade, polled.
 	polled := startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
 	start := time.Now()
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-	cl.Spec.Kubernetes.Version = cur
-	require.NoError(t, c.Update(ctx, cl))
+	testenv.Update(ctx, t, c, cl, func(cl *clustersv1alpha1.Cluster) { cl.Spec.Kubernetes.Version = cur })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		cond := meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionVersionUpToDate)
@@ -98,9 +96,7 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	require.NoError(t, err, "the kubeconfig issued before the upgrade works after it")
 
 	// A downgrade is refused; the cluster keeps serving its version.
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-	cl.Spec.Kubernetes.Version = prev
-	require.NoError(t, c.Update(ctx, cl))
+	testenv.Update(ctx, t, c, cl, func(cl *clustersv1alpha1.Cluster) { cl.Spec.Kubernetes.Version = prev })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		assert.Equal(ct, cl.Generation, cl.Status.ObservedGeneration)
