@@ -20,6 +20,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
+	"github.com/openmcp-local/cluster-provider/deploy/policy"
 )
 
 // fieldManager owns what `init` applies.
@@ -72,6 +73,25 @@ func initCluster(ctx context.Context, o *initOptions, stdout io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "customresourcedefinition.apiextensions.k8s.io/%s established\n", crd.Name)
+	}
+	return applyPolicies(ctx, c, stdout)
+}
+
+// applyPolicies server-side applies the embedded admission policies (deploy/policy: a reference
+// across namespaces needs the verb use) and the ClusterRole that lets namespace admins grant that
+// verb. They are this project's own, so re-running init takes back fields someone else changed.
+func applyPolicies(ctx context.Context, c client.Client, stdout io.Writer) error {
+	objs, err := policy.Objects()
+	if err != nil {
+		return fmt.Errorf("reading the embedded admission policies: %w", err)
+	}
+	for _, u := range objs {
+		gvk := u.GroupVersionKind()
+		what := strings.ToLower(gvk.Kind) + "." + gvk.Group + "/" + u.GetName()
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s (the identity that runs init needs deploy/rbac/init_role.yaml): %w", what, err)
+		}
+		fmt.Fprintf(stdout, "%s serverside-applied\n", what)
 	}
 	return nil
 }

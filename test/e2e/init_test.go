@@ -62,6 +62,12 @@ func TestInitLeavesOpenMCPCRDs(t *testing.T) {
 	}
 	assert.Contains(t, string(out), "customresourcedefinition.apiextensions.k8s.io/providerconfigs.providers.clusters.openmcp.cloud serverside-applied")
 	assert.Contains(t, string(out), "customresourcedefinition.apiextensions.k8s.io/"+name+" established")
+	// The admission policy of deploy/policy, with the rights of init_role.yaml only.
+	for _, applied := range []string{"validatingadmissionpolicy.admissionregistration.k8s.io/cluster-provider-references",
+		"validatingadmissionpolicybinding.admissionregistration.k8s.io/cluster-provider-references",
+		"clusterrole.rbac.authorization.k8s.io/cluster-provider-use-clusters"} {
+		assert.Contains(t, string(out), applied+" serverside-applied")
+	}
 
 	// --verbosity ERROR prints nothing on success.
 	out, err = exec.CommandContext(ctx, bin, "init", "--verbosity=error", "--kubeconfig", kubeconfig).CombinedOutput()

@@ -21,7 +21,9 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,8 +33,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/api/common"
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/deploy/crds"
+	"github.com/openmcp-local/cluster-provider/deploy/policy"
 )
 
 // Scheme knows the built-in kinds, CRDs and every kind of this project.
@@ -84,6 +89,23 @@ func Start() (*Env, error) {
 	if e.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
 		_ = e.Stop()
 		return nil, err
+	}
+	// The admission policies every deployment has (deploy/policy), as `cluster-provider init`
+	// applies them.
+	pols, err := policy.Objects()
+	if err == nil {
+		for _, u := range pols {
+			if err = e.Client.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("cluster-provider"), client.ForceOwnership); err != nil {
+				break
+			}
+		}
+	}
+	if err == nil {
+		err = awaitPolicies(e.Client, cfg)
+	}
+	if err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("applying the admission policies of deploy/policy: %w", err)
 	}
 	return e, nil
 }
@@ -301,4 +323,46 @@ func RunUntil(tb testing.TB, mgr manager.Manager, finished <-chan struct{}, with
 	cancel()
 	require.NoError(tb, <-done)
 	return elapsed
+}
+
+// awaitPolicies waits until the API server enforces the admission policies of deploy/policy: it
+// loads them from its informers a moment after they are written. It asks, as a user who may create
+// AccessRequests and nothing else, for a dry-run AccessRequest that references another
+// namespace's Cluster, until refused.
+func awaitPolicies(admin client.Client, cfg *rest.Config) error {
+	const user = "testenv:policy-probe"
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "testenv-policy-probe"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{clustersv1alpha1.GroupVersion.Group}, Resources: []string{"accessrequests"}, Verbs: []string{"create"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: role.ObjectMeta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := admin.Create(ctx, o); err != nil {
+			return err
+		}
+		defer admin.Delete(ctx, o) //nolint:errcheck // a leftover grants the probe user alone
+	}
+	probe := rest.CopyConfig(cfg)
+	probe.Impersonate = rest.ImpersonationConfig{UserName: user}
+	c, err := client.New(probe, client.Options{Scheme: Scheme})
+	if err != nil {
+		return err
+	}
+	ar := &clustersv1alpha1.AccessRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "policy-probe"},
+		Spec: clustersv1alpha1.AccessRequestSpec{
+			ClusterRef: &common.ObjectReference{Name: "probe", Namespace: "kube-system"},
+			Token:      &clustersv1alpha1.TokenConfig{},
+		},
+	}
+	var last error
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, ar.DeepCopy(), client.DryRunAll)
+		return last != nil && strings.Contains(last.Error(), "may not use it"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the admission policies of deploy/policy are not enforced after a minute (last answer: %v)", last)
+	}
+	return nil
 }
