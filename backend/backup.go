@@ -84,6 +84,10 @@ type Snapshot struct {
 	Name string `json:"name"`
 	// Cluster is the UID of the Cluster it is of.
 	Cluster types.UID `json:"cluster"`
+	// Namespace is that Cluster's namespace: a snapshot belongs to it, and only a Cluster of the
+	// same namespace may be made from it (AnnotationRestoreFrom). Empty in the records of
+	// snapshots taken before it was recorded: those restore only into their own Cluster.
+	Namespace string `json:"namespace,omitempty"`
 	// Taken is when it was taken.
 	Taken time.Time `json:"taken"`
 	// Size is its size in bytes.

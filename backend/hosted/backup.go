@@ -258,8 +258,10 @@ func readCatalog(ctx context.Context, h *host, ns string) ([]backend.Snapshot, e
 	return all, nil
 }
 
-// updateCatalog adds snapshot taken to the list of s's Cluster and drops those removed.
+// updateCatalog adds snapshot taken to the list of s's Cluster, recorded as of its namespace (a
+// snapshot belongs to it: snapshots.Find), and drops those removed.
 func updateCatalog(ctx context.Context, h *host, s *Spec, taken backend.Snapshot, removed []string) error {
+	taken.Namespace = s.Cluster.Namespace
 	all, err := readCatalog(ctx, h, s.Namespace)
 	if err != nil {
 		return err

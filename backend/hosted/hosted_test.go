@@ -1006,7 +1006,7 @@ func TestRestoreSteps(t *testing.T) {
 	hst, err := h.b.hostFor(ctx, nil)
 	require.NoError(t, err)
 	s := &Spec{Namespace: ns, Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID}}
-	snap := backend.Snapshot{Name: "20261126T010000Z", Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 9, Keys: 3, Version: "1.37.1", SHA256: "ab"}
+	snap := backend.Snapshot{Name: "20261126T010000Z", Cluster: cl.UID, Namespace: cl.Namespace, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 9, Keys: 3, Version: "1.37.1", SHA256: "ab"}
 	require.NoError(t, hst.apply(ctx, s.BackupNamespaceObject()))
 	require.NoError(t, updateCatalog(ctx, hst, s, snap, nil)) // as a snapshot Job's end would
 
@@ -1084,6 +1084,19 @@ func TestRestoreSteps(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
 	err = env.Client.Get(ctx, client.ObjectKey{Name: NamespaceFor(copyOf.UID)}, &corev1.Namespace{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing made: %v", err)
+
+	// From one that exists, for a Cluster of another namespace: not found, no name listed, its
+	// keys not adopted, nothing made.
+	foreign := newCluster("foreign")
+	foreign.Namespace = "team-b"
+	foreign.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
+	_, err = h.b.Ensure(ctx, foreign, backend.Want{Version: "1.37.1"})
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+	assert.Contains(t, err.Error(), "(it has none for a Cluster of namespace team-b)")
+	assert.NotContains(t, err.Error(), later.Name)
+	err = env.Client.Get(ctx, client.ObjectKey{Name: NamespaceFor(foreign.UID)}, &corev1.Namespace{})
 	assert.True(t, apierrors.IsNotFound(err), "nothing made: %v", err)
 
 	// From one that exists: its etcd restores it from its first pod, and its API server reads

@@ -80,7 +80,7 @@ func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster
 	case ps.StorageClassName == "":
 		return backend.Snapshot{}, snapshots.Refuse("this control plane's etcd keeps its data on an emptyDir: it has no snapshots to restore")
 	}
-	snap, err := findSnapshot(ctx, h, cl.UID, name)
+	snap, err := findSnapshot(ctx, h, cl.UID, name, cl)
 	if err != nil {
 		return snap, err
 	}
@@ -88,7 +88,7 @@ func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster
 }
 
 // findSnapshot finds snapshot name of the Cluster with uid in its list.
-func findSnapshot(ctx context.Context, h *host, uid types.UID, name string) (backend.Snapshot, error) {
+func findSnapshot(ctx context.Context, h *host, uid types.UID, name string, cl *clustersv1alpha1.Cluster) (backend.Snapshot, error) {
 	if !backend.ValidSnapshotName(name) {
 		return backend.Snapshot{}, snapshots.Refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
 	}
@@ -96,18 +96,7 @@ func findSnapshot(ctx context.Context, h *host, uid types.UID, name string) (bac
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
-	var names []string
-	for _, s := range all {
-		if s.Name == name && s.Cluster == uid {
-			return s, nil
-		}
-		names = append(names, s.Name)
-	}
-	have := "it has none"
-	if len(names) > 0 {
-		have = fmt.Sprintf("its snapshots: %v", names)
-	}
-	return backend.Snapshot{}, snapshots.Refuse("there is no snapshot %q of the Cluster with UID %s (%s)", name, uid, have)
+	return snapshots.Find(all, uid, name, cl.Namespace, cl.UID)
 }
 
 // Restore checks snapshot name as CheckRestore does and records the restore; the next Ensure
@@ -146,7 +135,7 @@ func restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps 
 	if ps.StorageClassName == "" {
 		return snapshots.Refuse("the ProviderConfig has no spec.hosted.storageClassName: a control plane made from a snapshot keeps its etcd on a claim")
 	}
-	snap, err := findSnapshot(ctx, h, uid, name)
+	snap, err := findSnapshot(ctx, h, uid, name, cl)
 	if err != nil {
 		return err
 	}

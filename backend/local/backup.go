@@ -64,7 +64,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	if err := b.keepKeysWithSnapshot(in); err != nil {
 		return backend.Snapshot{}, err
 	}
-	s, err := b.store(in.bins).Take(ctx, cl.UID, running, in.dir, "--endpoints=unix://"+etcdSocket)
+	s, err := b.store(in.bins).Take(ctx, cl.UID, cl.Namespace, running, in.dir, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
@@ -103,7 +103,7 @@ func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster
 	if in == nil {
 		return backend.Snapshot{}, backend.Errorf(backend.ReasonBackupUnavailable, "the cluster does not run here yet: a restore waits until it does")
 	}
-	s, err := b.checkSnapshot(ctx, in.bins, cl.UID, name)
+	s, err := b.checkSnapshot(ctx, in.bins, cl.UID, name, cl)
 	if err != nil {
 		return s, err
 	}
@@ -117,13 +117,21 @@ func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster
 	return s, versionFits(s, running)
 }
 
-// checkSnapshot finds snapshot name among the snapshots of the cluster with uid and checks its
-// file against its record and with etcdutl.
-func (b *Backend) checkSnapshot(ctx context.Context, bins Binaries, uid types.UID, name string) (backend.Snapshot, error) {
+// checkSnapshot finds snapshot name among the snapshots of the cluster with uid, for Cluster cl
+// (one of another namespace than cl's is not found: snapshots.Find), and checks its file against
+// its record and with etcdutl.
+func (b *Backend) checkSnapshot(ctx context.Context, bins Binaries, uid types.UID, name string, cl *clustersv1alpha1.Cluster) (backend.Snapshot, error) {
 	if !backend.ValidSnapshotName(name) {
 		return backend.Snapshot{}, refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
 	}
 	if err := bins.backupTools(); err != nil {
+		return backend.Snapshot{}, err
+	}
+	all, err := b.snapshots(uid)
+	if err != nil {
+		return backend.Snapshot{}, err
+	}
+	if _, err := snapshots.Find(all, uid, name, cl.Namespace, cl.UID); err != nil {
 		return backend.Snapshot{}, err
 	}
 	return b.store(bins).Check(ctx, uid, name)
@@ -177,7 +185,7 @@ func (b *Backend) restoreNewLocked(ctx context.Context, cl *clustersv1alpha1.Clu
 		if err != nil {
 			return backend.State{}, refuse("%v", err)
 		}
-		if s, err = b.checkSnapshot(ctx, bins, uid, name); err != nil {
+		if s, err = b.checkSnapshot(ctx, bins, uid, name, cl); err != nil {
 			return backend.State{}, err
 		}
 		if err := versionFits(s, m.Version); err != nil {

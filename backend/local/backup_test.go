@@ -68,6 +68,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 	snap, err := h.b.Snapshot(t.Context(), cl, 5)
 	require.NoError(t, err)
 	assert.Equal(t, cl.UID, snap.Cluster)
+	assert.Equal(t, cl.Namespace, snap.Namespace, "a snapshot belongs to its Cluster's namespace")
 	assert.Positive(t, snap.Revision)
 	assert.Positive(t, snap.Keys)
 	assert.Positive(t, snap.Size)
@@ -145,7 +146,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 		}
 		// The other Cluster's own list holds the copy; checked against the other Cluster, it is
 		// not its own.
-		s, err := h.b.checkSnapshot(t.Context(), h.b.opts.Binaries[0], other.UID, snap.Name)
+		s, err := h.b.store(h.b.opts.Binaries[0]).Check(t.Context(), other.UID, snap.Name)
 		require.NoError(t, err, "the copy itself is intact")
 		assert.Equal(t, cl.UID, s.Cluster, "the copy says whose it is")
 
@@ -183,6 +184,16 @@ func TestBackupRestoreDrill(t *testing.T) {
 		require.Error(t, err)
 		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
 		assert.NoDirExists(t, h.b.Dir(bad.UID), "nothing is made")
+
+		// Another namespace's Cluster: the snapshot is not found, and no name of it is listed.
+		foreign := newCluster("foreign")
+		foreign.Namespace = "team-b"
+		foreign.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
+		_, err = h.b.Ensure(t.Context(), foreign, backend.Want{Version: "1.37.1"})
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+		assert.Contains(t, err.Error(), "(it has none for a Cluster of namespace team-b)")
+		assert.NoDirExists(t, h.b.Dir(foreign.UID), "nothing is made")
 
 		cp := newCluster("copy")
 		cp.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}

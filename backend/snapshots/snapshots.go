@@ -58,9 +58,9 @@ func (s Store) File(uid types.UID, name string) string {
 }
 
 // Take takes a snapshot of the etcd that etcdctl, run in folder workDir, reaches with connection
-// (its flags: endpoints, certificates), checks it, and records it as a snapshot of uid, of
-// Kubernetes version kubernetesVersion.
-func (s Store) Take(ctx context.Context, uid types.UID, kubernetesVersion, workDir string, connection ...string) (backend.Snapshot, error) {
+// (its flags: endpoints, certificates), checks it, and records it as a snapshot of the Cluster
+// with uid in namespace, of Kubernetes version kubernetesVersion.
+func (s Store) Take(ctx context.Context, uid types.UID, namespace, kubernetesVersion, workDir string, connection ...string) (backend.Snapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	dir := s.ClusterDir(uid)
@@ -89,7 +89,7 @@ func (s Store) Take(ctx context.Context, uid types.UID, kubernetesVersion, workD
 	if err != nil {
 		return backend.Snapshot{}, fmt.Errorf("the snapshot just taken does not check (etcdutl snapshot status): %w", err)
 	}
-	snap := backend.Snapshot{Name: name, Cluster: uid, Taken: now, Size: size, Revision: st.Revision, Keys: st.TotalKey, Version: kubernetesVersion, SHA256: sum}
+	snap := backend.Snapshot{Name: name, Cluster: uid, Namespace: namespace, Taken: now, Size: size, Revision: st.Revision, Keys: st.TotalKey, Version: kubernetesVersion, SHA256: sum}
 	if err := os.Rename(part, filepath.Join(dir, name+SnapshotSuffix)); err != nil {
 		return backend.Snapshot{}, err
 	}
@@ -212,6 +212,32 @@ func (s Store) Check(ctx context.Context, uid types.UID, name string) (backend.S
 		return snap, Refuse("snapshot %q does not check (etcdutl snapshot status): %v; restore another snapshot", name, err)
 	}
 	return snap, nil
+}
+
+// Find returns snapshot name from all, the snapshots of the Cluster with uid, for the Cluster own
+// of namespace that asks for it: a snapshot belongs to its Cluster's namespace, so one of another
+// namespace is not found, as if it did not exist (a UID is no secret: owner references, Events and
+// labels show it), and the refusal lists only the names the asker may use. A snapshot whose record
+// has no namespace (taken before they were recorded) is found only by its own Cluster.
+func Find(all []backend.Snapshot, uid types.UID, name, namespace string, own types.UID) (backend.Snapshot, error) {
+	var names []string
+	for _, s := range all {
+		if s.Cluster != uid || (s.Namespace != namespace && (s.Namespace != "" || s.Cluster != own)) {
+			continue
+		}
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	have := "it has none"
+	if uid != own {
+		have += " for a Cluster of namespace " + namespace
+	}
+	if len(names) > 0 {
+		have = "its snapshots: " + strings.Join(names, ", ")
+	}
+	return backend.Snapshot{}, Refuse("there is no snapshot %q of the Cluster with UID %s (%s)", name, uid, have)
 }
 
 // VersionFits refuses a snapshot of a later Kubernetes minor than the cluster runs (its objects

@@ -119,7 +119,8 @@ func save(ctx context.Context, args []string) error {
 		return writeResult(*result, Result{}, errors.New("--cluster is required"))
 	}
 	s := store(*dir)
-	snap, err := s.Take(ctx, types.UID(*cluster), *version, *dir, fs.Args()...)
+	// No namespace in the claim's record: the backend records it in its catalog (updateCatalog).
+	snap, err := s.Take(ctx, types.UID(*cluster), "", *version, *dir, fs.Args()...)
 	if err != nil {
 		return writeResult(*result, Result{}, err)
 	}
