@@ -114,6 +114,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	if err != nil {
 		return backend.Snapshot{}, b.endSnapshot(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s failed: %w", BackupNamespace, names.job, err))
 	}
+	res.Snapshot.Namespace = cl.Namespace // the Job does not know it; the catalog records it
 	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
 		return backend.Snapshot{}, err // the Job stays: harvested at the next call
 	}

@@ -890,6 +890,7 @@ func TestSnapshotJobs(t *testing.T) {
 	end(batchv1.JobComplete, result(first))
 	got, err := h.b.Snapshot(ctx, cl, 3)
 	require.NoError(t, err)
+	first.Namespace = cl.Namespace // the Job does not know it; the backend records it
 	assert.Equal(t, first, got)
 	require.Eventually(t, func() bool {
 		j := &batchv1.Job{}
@@ -908,6 +909,7 @@ func TestSnapshotJobs(t *testing.T) {
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	second := taken("20261126T020000Z")
 	end(batchv1.JobComplete, result(second, first.Name))
+	second.Namespace = cl.Namespace
 	_, err = h.b.Snapshot(ctx, cl, 1)
 	require.NoError(t, err)
 	list, err = h.b.Snapshots(ctx, cl)
