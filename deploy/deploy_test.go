@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"github.com/openmcp-local/cluster-provider/deploy/policy"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -261,4 +262,37 @@ func excepted(t *testing.T, block *networkingv1.IPBlock, ip string) bool {
 		}
 	}
 	return false
+}
+
+// TestPoliciesTwoAppliers: the objects of deploy/policy are applied by two field managers,
+// `cluster-provider init` and `kubectl apply --server-side -k` of a deploy/ base, in any order
+// and again, and never conflict (make e2e-kind applies deploy/hosted after openMCP's init Job).
+// A field the API server defaults inside an atomic one (matchConstraints) would make them.
+func TestPoliciesTwoAppliers(t *testing.T) {
+	ctx := t.Context()
+	var objs []*unstructured.Unstructured
+	for _, o := range build(t, "hosted") {
+		if o.GetName() == "cluster-provider-references" || o.GetName() == "cluster-provider-use-clusters" {
+			objs = append(objs, o)
+		}
+	}
+	require.Len(t, objs, 3, "the policy, its binding and the ClusterRole")
+	initApply := func() {
+		pols, err := policy.Objects()
+		require.NoError(t, err)
+		for _, u := range pols { // as init applies them
+			require.NoError(t, env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("cluster-provider"), client.ForceOwnership))
+		}
+	}
+	kubectlApply := func() {
+		for _, o := range objs { // as kubectl apply --server-side does: no force
+			u := o.DeepCopy()
+			u.SetNamespace("") // kustomize's namespace on cluster-scoped objects, which the API server drops
+			assert.NoError(t, env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("kubectl")),
+				"%s %s", o.GetKind(), o.GetName())
+		}
+	}
+	kubectlApply() // testenv applied them as init does
+	initApply()
+	kubectlApply()
 }
