@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,7 +34,10 @@ import (
 //   - every maintainEvery (the periodic defragmentation);
 //   - while etcd is full, or an etcd member runs but has not been ready for suspectAfter (etcd's
 //     readiness check fails on a NOSPACE alarm: that is how a full etcd shows), at most every
-//     maintainAgain: what the user deleted is freed at the next one.
+//     maintainAgain: what the user deleted is freed at the next one;
+//   - once every member is ready after a report in which one did not answer (a member still
+//     starting when a new control plane first served, a drained node), at most every
+//     maintainAgain: EtcdHealthy does not say a member is down for hours after it came back.
 const (
 	ComponentMaintain = "etcd-maintain"
 	maintainEvery     = 6 * time.Hour
@@ -58,7 +62,9 @@ type etcdHealth struct {
 	FreedAt int64 `json:"freedAt,omitempty"`
 	// Defragmented are the members the last pass defragmented.
 	Defragmented []string `json:"defragmented,omitempty"`
-	Message      string   `json:"message,omitempty"`
+	// Down are the members that did not answer the last report.
+	Down    []string `json:"down,omitempty"`
+	Message string   `json:"message,omitempty"`
 	// Running: a maintenance Job was started and its report not read yet.
 	Running bool `json:"running,omitempty"`
 	// Failures counts the Jobs in a row that brought no report: the next waits twice as long.
@@ -138,6 +144,12 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 			e.Periodic = e.Checked // a new database needs no defragmentation
 		}
 		e.DBSize, e.Quota, e.NoSpace, e.FreedAt, e.Defragmented, e.Message = r.Largest(), r.Quota, r.NoSpace, r.FreedAt, r.Defragmented, r.Message
+		e.Down = nil
+		for _, m := range r.Members {
+			if m.Error != "" {
+				e.Down = append(e.Down, m.Name)
+			}
+		}
 		if r.Disarmed || len(r.Defragmented) > 0 {
 			b.opts.Logger.Info("Maintained a hosted etcd", "cluster", backend.RefOf(cl).String(), "disarmed", r.Disarmed, "defragmented", r.Defragmented, "bytes", r.Largest())
 		}
@@ -172,7 +184,7 @@ func (b *Backend) maintenanceDue(ctx context.Context, h *host, s *Spec, ps *prov
 		return true, true, 0
 	}
 	wait = maintainEvery - time.Since(e.Periodic)
-	if e.NoSpace || etcdSuspect(ctx, h, s) {
+	if e.NoSpace || etcdSuspect(ctx, h, s) || (len(e.Down) > 0 && etcdAllReady(ctx, h, s)) {
 		if again <= 0 {
 			return true, false, 0
 		}
@@ -205,6 +217,13 @@ func etcdSuspect(ctx context.Context, h *host, s *Spec) bool {
 		}
 	}
 	return false
+}
+
+// etcdAllReady reports whether every etcd member of s is ready, as its StatefulSet says.
+func etcdAllReady(ctx context.Context, h *host, s *Spec) bool {
+	sts := &appsv1.StatefulSet{}
+	return h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts) == nil &&
+		sts.Status.ObservedGeneration >= sts.Generation && sts.Status.ReadyReplicas >= s.replicas(ComponentEtcd)
 }
 
 // started reports whether container of p runs and has passed its startup check.

@@ -101,6 +101,33 @@ func TestEtcdMaintenance(t *testing.T) {
 	assertNoJob("none due")
 	assert.Greater(t, s.RetryAfter, 5*time.Hour, "the next, periodic, in six hours")
 
+	// A member that did not answer (one still starting when the check ran): checked again once
+	// every member is ready and a minute has passed since the last Job, not six hours later.
+	backdate(t, cl, maintainEvery+time.Minute)
+	h.ensure(t, cl)
+	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", Error: "context deadline exceeded"}},
+		Message: "etcd takes writes: its database is 0.0 MiB of its 1024.0 MiB quota; member etcd-0 does not answer."}))
+	s = h.ensure(t, cl)
+	require.NotNil(t, s.Etcd)
+	assert.Contains(t, s.Etcd.Message, "member etcd-0 does not answer")
+	assert.Equal(t, []string{"etcd-0"}, record(t, cl).Etcd.Down)
+	forceGone(t, name)
+	s = h.ensure(t, cl)
+	assertNoJob("not within a minute of the last Job")
+	assert.LessOrEqual(t, s.RetryAfter, maintainAgain, "looked at again within a minute")
+	backdate(t, cl, 2*time.Minute)
+	h.ensure(t, cl)
+	get(t, &batchv1.Job{}, BackupNamespace, name)
+	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
+		Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
+	s = h.ensure(t, cl)
+	assert.NotContains(t, s.Etcd.Message, "does not answer")
+	assert.Empty(t, record(t, cl).Etcd.Down)
+	forceGone(t, name)
+	s = h.ensure(t, cl)
+	assertNoJob("every member answered: none due")
+	assert.Greater(t, s.RetryAfter, 5*time.Hour, "the next, periodic, in six hours")
+
 	// An etcd member that runs but has not been ready for a while (a NOSPACE alarm fails etcd's
 	// readiness check): checked, once a minute has passed since the last Job.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-0", Labels: (&Spec{Cluster: ClusterRef{UID: cl.UID}}).selector(ComponentEtcd)},

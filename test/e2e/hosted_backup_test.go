@@ -54,7 +54,7 @@ func TestHostedBackupOnKind(t *testing.T) {
 	_, err := admin.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kept"}, Data: map[string]string{"written": "before the snapshots"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	t.Logf("etcd checked: %s", awaitEtcdHealthy(t, c, cl))
+	t.Logf("etcd checked: %s", awaitEtcdHealthy(t, c, cl, false))
 	checkPolicies(t, c, cl)
 	checkSealed(t, c, kubeconfig, cl)
 	checkExposure(t, c, cl, pc.Name)

@@ -57,11 +57,15 @@ func TestHostedHAOnKind(t *testing.T) {
 	t.Logf("FIGURE hosted HA create→Ready: %.1f s", time.Since(start).Seconds())
 	hns := hosted.NamespaceFor(cl.UID)
 	// etcd's first check (a maintenance Job over the three members, TLS with the Jobs' client
-	// certificate): every member answers.
+	// certificate). The Cluster is Ready with a quorum, so a member may still be starting when it
+	// runs and the first report may say it does not answer; once every member is ready it is
+	// checked again, and the condition says every member answers.
 	start = time.Now()
-	msg := awaitEtcdHealthy(t, c, cl)
-	assert.NotContains(t, msg, "does not answer")
-	t.Logf("FIGURE hosted HA etcd's first check (a maintenance Job over three members): EtcdHealthy %.1f s after Ready: %s", time.Since(start).Seconds(), msg)
+	first := awaitEtcdHealthy(t, c, cl, false)
+	firstAt := time.Since(start)
+	msg := awaitEtcdHealthy(t, c, cl, true)
+	t.Logf("FIGURE hosted HA etcd's first check (a maintenance Job over three members): EtcdHealthy %.1f s after Ready: %s; every member answers after %.1f s: %s",
+		firstAt.Seconds(), first, time.Since(start).Seconds(), msg)
 
 	// Placement: one member and one API server per node, the PriorityClass, memory as limited.
 	placed := func(ct require.TestingT) (etcd, api []corev1.Pod) {
@@ -232,8 +236,8 @@ func TestHostedHAOnKind(t *testing.T) {
 }
 
 // awaitEtcdHealthy waits for cl's EtcdHealthy condition to be True after a maintenance Job
-// checked its etcd, and returns its message.
-func awaitEtcdHealthy(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) string {
+// checked its etcd, and returns its message; with all, for a report in which every member answered.
+func awaitEtcdHealthy(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, all bool) string {
 	t.Helper()
 	var msg string
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -243,6 +247,9 @@ func awaitEtcdHealthy(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluste
 		if assert.NotNil(ct, cond, "conditions: %+v", cur.Status.Conditions) {
 			assert.Equal(ct, metav1.ConditionTrue, cond.Status, "%s: %s", cond.Reason, cond.Message)
 			assert.Contains(ct, cond.Message, "etcd takes writes")
+			if all {
+				assert.NotContains(ct, cond.Message, "does not answer")
+			}
 			msg = cond.Message
 		}
 	}, 3*time.Minute, poll, "etcd checked by a maintenance Job")
