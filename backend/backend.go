@@ -214,6 +214,9 @@ const (
 	ReasonStateDamaged = "StateDamaged"
 	// ReasonStateDirFull: the backend cannot write the cluster's state: no space left.
 	ReasonStateDirFull = "StateDirFull"
+	// ReasonNamespaceTaken: the namespace the backend would make the cluster's control plane in
+	// exists and was made by someone else; nothing is written into it.
+	ReasonNamespaceTaken = "NamespaceTaken"
 )
 
 // Error is an error that names the condition reason it must be reported with. Its message says

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +35,8 @@ type host struct {
 	// internal: the operator reaches the host's Services.
 	internal bool
 	cancel   context.CancelFunc
+	// owned are the namespaces found to be the backend's own (claimNamespace).
+	owned sync.Map
 }
 
 // watched are the kinds whose changes notify the backend.
@@ -148,10 +152,56 @@ func (b *Backend) hostFor(ctx context.Context, seed *providersv1alpha1.SeedRef) 
 	return h, nil
 }
 
-// apply server-side applies obj (typed, with TypeMeta) as FieldOwner.
+// apply server-side applies obj (typed, with TypeMeta) as FieldOwner; a namespace only when it
+// is new or the backend's own (claimNamespace).
 func (h *host) apply(ctx context.Context, obj client.Object) error {
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		if err := h.claimNamespace(ctx, ns.Name); err != nil {
+			return err
+		}
+	}
 	_, err := h.applyResult(ctx, obj)
 	return err
+}
+
+// claimNamespace returns nil when namespace name does not exist or is the backend's own
+// (notOurs).
+func (h *host) claimNamespace(ctx context.Context, name string) error {
+	if _, ok := h.owned.Load(name); ok {
+		return nil
+	}
+	ns := &corev1.Namespace{}
+	err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading namespace %s: %w", name, err)
+	}
+	if err := notOurs(ns, ""); err != nil {
+		return err
+	}
+	h.owned.Store(name, true)
+	return nil
+}
+
+// notOurs returns why ns, named as a namespace of the backend, is not one it made (nil when it is):
+// the backend labels its own LabelManagedBy=ManagedBy (only the operator may set that label,
+// deploy/policy/operator.yaml) and, a control plane's, LabelClusterUID with its Cluster's UID (uid,
+// unless empty). One made by someone else is never adopted: whoever made it may have placed a
+// RoleBinding or a pod there that would read the keys the backend writes into it.
+func notOurs(ns *corev1.Namespace, uid types.UID) error {
+	switch {
+	case ns.Labels[LabelManagedBy] != ManagedBy:
+		return &backend.Error{Reason: backend.ReasonNamespaceTaken, RetryAfter: time.Minute, Err: fmt.Errorf(
+			"namespace %s exists and was not made by the provider (it lacks the label %s=%s): it is left alone, nothing is written into it. "+
+				"Delete that namespace if nothing in it is needed; the control plane is made once it is gone", ns.Name, LabelManagedBy, ManagedBy)}
+	case uid != "" && ns.Labels[LabelClusterUID] != string(uid):
+		return &backend.Error{Reason: backend.ReasonNamespaceTaken, RetryAfter: time.Minute, Err: fmt.Errorf(
+			"namespace %s is the provider's but holds the control plane of another Cluster (label %s=%q): it is left alone. "+
+				"Delete that namespace if it is no one's; the control plane is made once it is gone", ns.Name, LabelClusterUID, ns.Labels[LabelClusterUID])}
+	}
+	return nil
 }
 
 // applyResult server-side applies obj with opts (a dry run, say) and returns what the API server

@@ -906,6 +906,7 @@ func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluste
 			return false, fmt.Errorf("deleting %T %s/%s: %w", obj, BackupNamespace, obj.GetName(), err)
 		}
 	}
+	h.owned.Delete(NamespaceFor(cl.UID))
 	b.forget(cl)
 	return true, nil
 }

@@ -322,6 +322,36 @@ func TestEnsureRefusesADamagedCA(t *testing.T) {
 	assert.Equal(t, []byte("garbage"), get(t, &corev1.Secret{}, ns, SecretCA).Data["ca.key"], "left for a person to restore")
 }
 
+// TestEnsureRefusesANamespaceOfSomeoneElse: a namespace of the control plane's name made by
+// someone else (the Cluster's UID is no secret) is never adopted: nothing is written into it, the
+// refusal says what to do, and once it is gone the control plane is made.
+func TestEnsureRefusesANamespaceOfSomeoneElse(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("taken")
+	ns := NamespaceFor(cl.UID)
+	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}))
+	_, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonNamespaceTaken), "%v", err)
+	assert.Contains(t, err.Error(), "namespace "+ns+" exists and was not made by the provider")
+	assert.Contains(t, err.Error(), "Delete that namespace")
+	assert.Positive(t, backend.RetryAfter(err), "looked at again: deleting a namespace reaches no Cluster")
+	secrets := &corev1.SecretList{}
+	require.NoError(t, env.Client.List(t.Context(), secrets, client.InNamespace(ns)))
+	assert.Empty(t, secrets.Items, "no key written into it")
+	got := get(t, &corev1.Namespace{}, "", ns)
+	assert.NotContains(t, got.Labels, LabelManagedBy, "not labelled as the backend's")
+
+	// envtest runs no namespace controller: a namespace of that name that the backend made (its
+	// label) is its own, as after the one of someone else was deleted and the backend made it.
+	got.Labels[LabelManagedBy], got.Labels[LabelClusterUID] = ManagedBy, string(cl.UID)
+	require.NoError(t, env.Client.Update(t.Context(), got))
+	s := h.ensure(t, cl)
+	assert.NotEqual(t, backend.ReasonNamespaceTaken, s.Reason, "%s", s.Message)
+	get(t, &corev1.Secret{}, ns, SecretCA)
+}
+
 func TestEnsureUnknownVersion(t *testing.T) {
 	h := startBackend(t)
 	_, err := h.b.Ensure(t.Context(), newCluster("version"), backend.Want{Version: "1.30.0"})

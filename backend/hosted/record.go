@@ -183,9 +183,8 @@ func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed
 		} else if err != nil {
 			return nil, ps, false, fmt.Errorf("looking for namespace %s: %w", ns, err)
 		}
-		if nsObj.Labels[LabelClusterUID] != string(cl.UID) {
-			return nil, ps, false, fmt.Errorf("namespace %s of host %q is not the control plane of %s (label %s=%q): left alone; delete it yourself if it is no one's",
-				ns, name, cl.Name, LabelClusterUID, nsObj.Labels[LabelClusterUID])
+		if err := notOurs(nsObj, cl.UID); err != nil {
+			return nil, ps, false, err
 		}
 		if ps, found, err = readRecord(ctx, c, ns); err != nil {
 			return nil, ps, false, err

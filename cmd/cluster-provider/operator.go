@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -110,6 +113,14 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(waitForAPIServer(log.WithName("platform"), apiServerRetry))
 	scheme := apischeme.New()
+	watchSecrets, err := mayWatchSecrets(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !watchSecrets {
+		log.Info("Secrets are not watched: this identity may not list and watch them in every namespace (deploy/rbac grants neither). "+
+			"A kubeconfig Secret that is edited or deleted is written again at the AccessRequest's next check", "grantCheck", o.GrantCheck.String())
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                              scheme,
 		Logger:                              log,
@@ -121,14 +132,15 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 		RetryPeriod:                         &o.RetryPeriod,
 		Metrics:                             metricsOptions(o),
 		HealthProbeBindAddress:              o.HealthProbeBindAddress,
-		Cache:                               profile.CacheOptions(),
+		Cache:                               profile.CacheOptions(watchSecrets),
+		Client:                              profile.ClientOptions(watchSecrets),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 
 	engine, err := profile.NewEngine(ctx, mgr.GetCache(), scheme, o.ProviderName,
-		profile.Workers{Cluster: o.ClusterWorkers, AccessRequest: o.AccessRequestWorkers}, log.WithName("engine"))
+		profile.Workers{Cluster: o.ClusterWorkers, AccessRequest: o.AccessRequestWorkers}, watchSecrets, log.WithName("engine"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller engine: %w", err)
 	}
@@ -154,6 +166,7 @@ func newOperator(ctx context.Context, o *runOptions, c *Config, bins []local.Bin
 					Environment:   o.Environment,
 					Namespace:     o.AccessNamespace,
 					TokenValidity: o.TokenValidity,
+					GrantCheck:    o.GrantCheck,
 					SecretReader:  mgr.GetAPIReader(),
 				},
 			},
@@ -281,6 +294,29 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 		return nil, fmt.Errorf("adding the hosted backend: %w", err)
 	}
 	return hb, nil
+}
+
+// mayWatchSecrets asks the platform whether the operator's identity may list and watch Secrets in
+// every namespace. Only then does it watch the kubeconfig Secrets it writes (a label-selected
+// informer still needs both verbs cluster-wide); deploy/rbac grants neither, so that a taken-over
+// operator cannot read every Secret of the platform.
+func mayWatchSecrets(ctx context.Context, cfg *rest.Config) (bool, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	for _, verb := range []string{"list", "watch"} {
+		review, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Resource: "secrets"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, fmt.Errorf("asking the platform whether this identity may %s Secrets: %w", verb, err)
+		}
+		if !review.Status.Allowed {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // seedConfig reads a seed's kubeconfig from its Secret.

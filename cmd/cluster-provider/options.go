@@ -101,6 +101,9 @@ type runOptions struct {
 	AccessNamespace string
 	// TokenValidity is --token-validity: how long a granted token is valid. Default 720h.
 	TokenValidity time.Duration
+	// GrantCheck is --grant-check: how often a Granted AccessRequest checks what was made for it
+	// (in its cluster, and its kubeconfig Secret where Secrets are not watched). Default 10m.
+	GrantCheck time.Duration
 	// Certificates are --certificate-validity and --certificate-renew-before: the lifetime of the
 	// clusters' leaf certificates (local and hosted). Default a year, renewed 30 days before.
 	Certificates certs.Lifetime
@@ -215,6 +218,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"How long before its end a leaf certificate is issued anew, by the same CA, while the cluster runs; less than --certificate-validity.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,
 		"How long a granted token is valid (an AccessRequest's spec.ttl may end it sooner); a new one replaces it after 80% of that. At least 10m.")
+	fs.DurationVar(&o.GrantCheck, "grant-check", accessrequest.DefaultGrantCheck,
+		"How often a Granted AccessRequest checks what was made for it in its cluster and, where the operator may not list and watch Secrets, its kubeconfig Secret, and makes again what is missing or changed. At least 1s.")
 	o.Zap.BindFlags(fs)
 	return fs
 }
@@ -272,6 +277,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.HostedMaxRolling < 1 {
 		errs = append(errs, fmt.Errorf("--hosted-max-rolling %d: must be at least 1", o.HostedMaxRolling))
+	}
+	if o.GrantCheck < time.Second {
+		errs = append(errs, fmt.Errorf("--grant-check %s: must be at least 1s", o.GrantCheck))
 	}
 	if o.TokenValidity < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--token-validity %s: must be at least 10m, the shortest validity the TokenRequest API grants", o.TokenValidity))

@@ -31,7 +31,7 @@ import (
 
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests,verbs=get;list;watch;patch;update
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=get;patch;update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;update;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;patch;update;delete
 
 // Defaults of Options.
 const (

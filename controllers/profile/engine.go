@@ -21,18 +21,32 @@ import (
 )
 
 // CacheOptions restricts the shared cache to what the operator needs of kinds that may be
-// numerous: of Secrets, only the kubeconfig Secrets this operator writes.
-func CacheOptions() cache.Options {
+// numerous: of Secrets, only the kubeconfig Secrets this operator writes, and only when
+// watchSecrets (the operator may list and watch Secrets in every namespace).
+func CacheOptions(watchSecrets bool) cache.Options {
+	if !watchSecrets {
+		return cache.Options{}
+	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.Secret{}: {Label: labels.SelectorFromSet(labels.Set{accessrequest.LabelManagedBy: accessrequest.ManagedByValue})},
 	}}
 }
 
+// ClientOptions are the manager client's: without watchSecrets, Secrets are read from the API
+// server, never through an informer (which would need list and watch).
+func ClientOptions(watchSecrets bool) client.Options {
+	if watchSecrets {
+		return client.Options{}
+	}
+	return client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}}
+}
+
 // NewEngine returns the controller engine of a provider over c: the kinds it routes (Kinds) and
 // the secondary watches of its AccessRequest reconcilers: a Cluster that becomes Ready, goes
-// away or starts deleting reaches the requests for it; a kubeconfig Secret that is edited or
-// deleted reaches the request that owns it.
-func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, workers Workers, log logr.Logger) (*manager.Engine, error) {
+// away or starts deleting reaches the requests for it; with watchSecrets, a kubeconfig Secret
+// that is edited or deleted reaches the request that owns it (without, the request's next grant
+// check finds it).
+func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, workers Workers, watchSecrets bool, log logr.Logger) (*manager.Engine, error) {
 	if err := c.IndexField(ctx, &clustersv1alpha1.AccessRequest{}, accessrequest.IndexClusterRef, func(o client.Object) []string {
 		ar := o.(*clustersv1alpha1.AccessRequest)
 		if accessrequest.ProfileOf(ar, providerName) == "" || ar.Spec.ClusterRef == nil {
@@ -45,14 +59,15 @@ func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, provi
 	return manager.New(ctx, c, manager.Options{
 		Scheme:  scheme,
 		Kinds:   Kinds(providerName, workers),
-		Watches: Watches(c, providerName),
+		Watches: Watches(c, providerName, watchSecrets),
 		Logger:  log,
 	})
 }
 
-// Watches are the engine's secondary watches for a provider; r reads the shared cache.
-func Watches(r client.Reader, providerName string) []manager.Watch {
-	return []manager.Watch{
+// Watches are the engine's secondary watches for a provider; r reads the shared cache. Without
+// watchSecrets, the Secret watch is left out.
+func Watches(r client.Reader, providerName string, watchSecrets bool) []manager.Watch {
+	watches := []manager.Watch{
 		{
 			Name:       "cluster-to-accessrequest",
 			Object:     &clustersv1alpha1.Cluster{},
@@ -93,6 +108,10 @@ func Watches(r client.Reader, providerName string) []manager.Watch {
 			},
 		},
 	}
+	if !watchSecrets {
+		watches = watches[:1]
+	}
+	return watches
 }
 
 // ownerRequest is the name of the AccessRequest that controls o, or "".

@@ -1,5 +1,6 @@
-// Package policy embeds the admission policies of the platform cluster (references.yaml: a
-// reference across namespaces needs the verb use), so that `cluster-provider init` and the tests
+// Package policy embeds the admission policies of the platform cluster (operator.yaml: what the
+// operator's own identity may write, and that only it makes and labels its namespaces;
+// references.yaml: a reference across namespaces needs the verb use), so that `cluster-provider init` and the tests
 // apply exactly the files every deploy/ base ships.
 package policy
 
@@ -16,7 +17,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-//go:embed references.yaml
+//go:embed operator.yaml references.yaml
 var files embed.FS
 
 // Objects returns the objects of the embedded files, in file order then document order.

@@ -60,6 +60,9 @@ type Options struct {
 	Labeller bool
 	// Workers per profile and kind (--cluster-workers, --accessrequest-workers). Default 1 each.
 	Workers profile.Workers
+	// NoSecretWatch runs the operator as one that may not list and watch Secrets (deploy/rbac):
+	// no Secret informer; Secrets are read from the API server.
+	NoSecretWatch bool
 }
 
 // Operator is a running operator.
@@ -95,10 +98,11 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 		Scheme:     testenv.Scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      profile.CacheOptions(),
+		Cache:      profile.CacheOptions(!o.NoSecretWatch),
+		Client:     profile.ClientOptions(!o.NoSecretWatch),
 	})
 	require.NoError(t, err)
-	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, o.Workers, ctrl.Log.WithName("engine"))
+	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, o.Workers, !o.NoSecretWatch, ctrl.Log.WithName("engine"))
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(e))
 	reader := mgr.GetAPIReader()
