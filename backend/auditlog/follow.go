@@ -131,9 +131,21 @@ func (fl *follower) followRotation() error {
 	if err != nil {
 		return err
 	}
+	if err := fl.copyRotatedBefore(next); err != nil {
+		_ = next.Close()
+		return err
+	}
+	if err := fl.moveTo(next); err != nil {
+		return err
+	}
+	return fl.check() // the new file, from its beginning
+}
+
+// copyRotatedBefore copies, oldest first and each from its beginning, the files rotated after the
+// file followed and before next, the file now at path.
+func (fl *follower) copyRotatedBefore(next *os.File) error {
 	names, err := fl.rotatedAfter(next)
 	if err != nil {
-		_ = next.Close()
 		return err
 	}
 	for _, name := range names {
@@ -142,22 +154,16 @@ func (fl *follower) followRotation() error {
 			continue // removed by the API server (--audit-log-maxbackup) before it was read
 		}
 		if err != nil {
-			_ = next.Close()
 			return err
 		}
 		if err := fl.moveTo(f); err != nil {
-			_ = next.Close()
 			return err
 		}
 		if err := fl.copy(); err != nil {
-			_ = next.Close()
 			return err
 		}
 	}
-	if err := fl.moveTo(next); err != nil {
-		return err
-	}
-	return fl.check() // the new file, from its beginning
+	return nil
 }
 
 // moveTo ends the file followed, writing a line it cut off, and follows f from its beginning.
