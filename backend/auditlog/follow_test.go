@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -229,3 +230,175 @@ func TestFollowRefusesANonPositivePoll(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// rotator does to a log file what kube-apiserver's log rotation (lumberjack) does: it writes to
+// the file, renames it to its name with "-" and the time of the rotation before its extension and
+// creates a new one. Its clock starts at the test's start and moves on a second at every rotation;
+// every write sets the file's modification time to it, so that the times of writes and rotations
+// are in the order a real clock would give them.
+type rotator struct {
+	t     *testing.T
+	path  string
+	clock time.Time
+}
+
+func newRotator(t *testing.T, path string) *rotator {
+	return &rotator{t: t, path: path, clock: time.Now().UTC().Truncate(time.Millisecond)}
+}
+
+// backupName is the name of the file rotated at at.
+func (r *rotator) backupName(at time.Time) string {
+	ext := filepath.Ext(r.path)
+	return strings.TrimSuffix(r.path, ext) + "-" + at.UTC().Format("2006-01-02T15-04-05.000") + ext
+}
+
+func (r *rotator) write(s string) {
+	appendFile(r.t, r.path, s)
+	require.NoError(r.t, os.Chtimes(r.path, r.clock, r.clock))
+}
+
+// rotate renames the file away and returns its new name; create says whether a new file is created.
+func (r *rotator) rotate(create bool) string {
+	r.clock = r.clock.Add(time.Second)
+	name := r.backupName(r.clock)
+	require.NoError(r.t, os.Rename(r.path, name))
+	if create {
+		r.write("")
+	}
+	return name
+}
+
+// TestFollowAcrossRotations: files rotated in and away again between two checks are copied, each
+// line exactly once and in order, and no other file of the folder is.
+func TestFollowAcrossRotations(t *testing.T) {
+	type round struct {
+		do   func(r *rotator)
+		want string // all that was written to out after the check that follows
+	}
+	write := func(s string) func(*rotator) { return func(r *rotator) { r.write(s) } }
+	tests := []struct {
+		name   string
+		before func(r *rotator) // the folder before the first check
+		rounds []round
+	}{{
+		name:   "rotated twice between two checks",
+		before: write("one\n"),
+		rounds: []round{{func(r *rotator) {
+			r.write("two\n")
+			r.rotate(true)
+			r.write("three\n")
+			r.rotate(true)
+			r.write("four\n")
+		}, "one\ntwo\nthree\nfour\n"}, {
+			write("five\n"), "one\ntwo\nthree\nfour\nfive\n", // nothing twice
+		}},
+	}, {
+		name:   "rotated three times, lines cut off",
+		before: write("one\n"),
+		rounds: []round{{func(r *rotator) {
+			r.write("two\nha")
+			r.rotate(true)
+			r.write("three\n")
+			r.rotate(true)
+			r.write("fo")
+			r.rotate(true)
+			r.write("five\nsi")
+		}, "one\ntwo\nha\nthree\nfo\nfive\n"}, {
+			write("x\n"), "one\ntwo\nha\nthree\nfo\nfive\nsix\n",
+		}},
+	}, {
+		name: "rotated files from before it started, and other files, are not copied",
+		before: func(r *rotator) {
+			r.write("old\n")
+			r.rotate(true)
+			r.write("one\n")
+			for _, name := range []string{"audit.log.1", "audit-backup.log", "other-2026-01-02T03-04-05.000.log"} {
+				appendFile(r.t, filepath.Join(filepath.Dir(r.path), name), "other\n")
+			}
+		},
+		rounds: []round{{func(r *rotator) {
+			r.rotate(true)
+			r.write("two\n")
+			r.rotate(true)
+			r.write("three\n")
+		}, "one\ntwo\nthree\n"}},
+	}, {
+		name:   "rotated twice, the second new file not there yet",
+		before: write("one\n"),
+		rounds: []round{{func(r *rotator) {
+			r.write("two\n")
+			r.rotate(true)
+			r.write("three\n")
+			r.rotate(false)
+		}, "one\ntwo\n"}, {
+			write("four\n"), "one\ntwo\nthree\nfour\n",
+		}},
+	}, {
+		name: "the file followed removed (more rotations than backups kept)",
+		before: func(r *rotator) {
+			r.write("old\n")
+			r.rotate(true)
+			r.write("one\n")
+		},
+		rounds: []round{{func(r *rotator) {
+			r.write("two\n")
+			followed := r.rotate(true)
+			r.write("three\n")
+			r.rotate(true)
+			require.NoError(t, os.Remove(followed)) // what it read to its end: it holds it open
+			r.write("four\n")
+		}, "one\ntwo\nthree\nfour\n"}},
+	}, {
+		name: "renamed to another name: older rotated files are not copied",
+		before: func(r *rotator) {
+			r.write("old\n")
+			r.rotate(true)
+			r.write("one\n")
+		},
+		rounds: []round{{func(r *rotator) {
+			r.write("two\n")
+			require.NoError(t, os.Rename(r.path, r.path+".1"))
+			r.write("three\n")
+		}, "one\ntwo\nthree\n"}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			r := newRotator(t, filepath.Join(dir, "audit.log"))
+			tt.before(r)
+			w := newLineWriter()
+			fl := newFollower(r.path, w)
+			defer fl.close()
+			require.NoError(t, fl.check())
+			for _, rd := range tt.rounds {
+				rd.do(r)
+				require.NoError(t, fl.check())
+				require.Equal(t, rd.want, w.buf.String())
+				for _, s := range w.writes {
+					require.Truef(t, strings.HasSuffix(s, "\n"), "a write that does not end a line: %q", s)
+				}
+			}
+		})
+	}
+}
+
+// TestRotatedAfterStopsAtTheNewFile: a new file rotated away again after the follower opened it,
+// and the ones rotated after it, are left for a later check, which reads them after the new file.
+func TestRotatedAfterStopsAtTheNewFile(t *testing.T) {
+	r := newRotator(t, filepath.Join(t.TempDir(), "audit.log"))
+	r.write("one\n")
+	fl := newFollower(r.path, newLineWriter())
+	defer fl.close()
+	require.NoError(t, fl.check())
+	r.rotate(true)
+	r.write("two\n")
+	between := r.rotate(true)
+	next, err := os.Open(r.path)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, next.Close()) }()
+	r.rotate(true) // the new file, rotated away after it was opened
+	r.rotate(true)
+	names, err := fl.rotatedAfter(next)
+	require.NoError(t, err)
+	require.Equal(t, []string{between}, names)
+}

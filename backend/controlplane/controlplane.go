@@ -175,6 +175,21 @@ func prefixed(prefix string, ss []string) []string {
 // request's or response's body, so no Secret's data, token or kubeconfig is ever logged. Health
 // checks and the controller manager's leader-election lease renewals (every few seconds) are left
 // out.
+//
+// Only authenticated requests are logged (the group system:authenticated, which the API server
+// gives every user it authenticated but the anonymous one), so that whoever reaches the endpoint
+// without credentials cannot flush the log (AuditMaxSizeMB, AuditMaxBackups) with requests of
+// their own. The last rule drops the others: a request whose credentials failed (401; the API
+// server audits it with no user at all, which no rule naming users or groups matches) and an
+// anonymous one (system:anonymous, group system:unauthenticated). A credential that names the
+// group system:unauthenticated itself (a client certificate only the cluster's CA could sign;
+// OIDC groups carry a prefix) is not logged either. They are counted instead, by the API server's
+// metrics (/metrics, read with the admin's credentials): authentication_attempts{result="error"}
+// counts requests with credentials that did not authenticate (result="failure": no credentials
+// with anonymous requests turned off), authorization_attempts_total{result="no-opinion"} the
+// requests refused (403: RBAC does not deny, it does not allow), an anonymous one among them, and
+// apiserver_audit_level_total{level="None"} every request this policy leaves out.
+// apiserver_request_total counts neither: the API server refuses them before it counts a request.
 const AuditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
@@ -186,6 +201,8 @@ rules:
   verbs: [get, update]
   resources: [{group: coordination.k8s.io, resources: [leases]}]
 - level: Metadata
+  userGroups: ["system:authenticated"]
+- level: None
 `
 
 // The size cap of an API server's audit log: AuditMaxSizeMB per file, AuditMaxBackups rotated

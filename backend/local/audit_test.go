@@ -3,10 +3,14 @@ package local
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -61,7 +67,8 @@ func logged(events []auditEvent, user, verb, resource, name string) bool {
 
 // TestAuditLog: with the ProviderConfig's audit on, a request made with a ServiceAccount's token
 // (as an AccessRequest's kubeconfig has) is in the cluster's audit log with that user's name, at
-// Metadata level; a Secret's data never is. Turned off, the API server restarts without a log
+// Metadata level; a Secret's data never is. Requests without credentials or with bogus ones are
+// not logged but counted (unauthenticatedNotLogged). Turned off, the API server restarts without a log
 // (a request then is not logged); on again, it logs again.
 func TestAuditLog(t *testing.T) {
 	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Logger: testenv.Logger(t)})
@@ -105,6 +112,8 @@ func TestAuditLog(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
 
+	unauthenticatedNotLogged(t, cs, admin, dir)
+
 	// Off: the API server restarts without the log; on again: logged again. What was asked while
 	// it was off is not in the log (the log is written in order: the request after it is).
 	pid := h.b.PIDs(cl.UID)[procAPIServer]
@@ -124,4 +133,69 @@ func TestAuditLog(t *testing.T) {
 	}, readyWithin, 200*time.Millisecond)
 	events, _ = auditEvents(t, dir)
 	assert.False(t, logged(events, name, "get", "secrets", "while-off"), "not logged while off")
+}
+
+// unauthenticatedNotLogged: requests without credentials (anonymous, refused) and with a bogus
+// bearer token (401) are not in the audit log of the cluster in dir, which logs an admin's request
+// made after them; the API server's metrics count them (controlplane.AuditPolicy).
+func unauthenticatedNotLogged(t *testing.T, cs kubernetes.Interface, admin *rest.Config, dir string) {
+	ctx := t.Context()
+	const n = 5
+	const (
+		failed  = `authentication_attempts{result="error"}`
+		refused = `authorization_attempts_total{result="no-opinion"}` // RBAC does not deny, it does not allow
+		none    = `apiserver_audit_level_total{level="None"}`
+	)
+	before := map[string]float64{}
+	for _, series := range []string{failed, refused, none} {
+		before[series] = apiServerMetric(t, cs, series)
+	}
+
+	anonymous := kubernetes.NewForConfigOrDie(rest.AnonymousClientConfig(admin))
+	bogusCfg := rest.AnonymousClientConfig(admin)
+	bogusCfg.BearerToken = "bogus-token-" + string(uuid.NewUUID())
+	bogus := kubernetes.NewForConfigOrDie(bogusCfg)
+	for i := range n {
+		_, err := anonymous.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("unauthenticated-anonymous-%d", i), metav1.GetOptions{})
+		require.Truef(t, apierrors.IsForbidden(err), "anonymous: %v", err)
+		_, err = bogus.CoreV1().ConfigMaps("default").Get(ctx, fmt.Sprintf("unauthenticated-bogus-%d", i), metav1.GetOptions{})
+		require.Truef(t, apierrors.IsUnauthorized(err), "a bogus token: %v", err)
+	}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		assert.GreaterOrEqual(c, apiServerMetric(c, cs, failed), before[failed]+n, "the bogus tokens are counted")
+		assert.GreaterOrEqual(c, apiServerMetric(c, cs, refused), before[refused]+n, "the anonymous requests are counted")
+		assert.GreaterOrEqual(c, apiServerMetric(c, cs, none), before[none]+2*n, "and so are both, left out of the log")
+	}, readyWithin, 200*time.Millisecond)
+
+	// An admin's request after them: once it is logged, so would they be.
+	const after = "authenticated-after-unauthenticated"
+	_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, after, metav1.GetOptions{})
+	require.True(t, apierrors.IsNotFound(err), "%v", err)
+	var events []auditEvent
+	var data []byte
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		events, data = auditEvents(c, dir)
+		assert.True(c, logged(events, adminUser, "get", "configmaps", after), "the admin's request is logged")
+	}, readyWithin, 200*time.Millisecond)
+	for _, e := range events {
+		assert.NotContains(t, e.RequestURI, "unauthenticated-", "an unauthenticated request is not logged")
+		assert.NotEmpty(t, e.User.Username, "nor one whose credentials failed")
+		assert.NotEqual(t, "system:anonymous", e.User.Username, "nor an anonymous one")
+	}
+	assert.NotContains(t, string(data), bogusCfg.BearerToken)
+}
+
+// apiServerMetric is the value of series (a metric's name and labels as the API server's /metrics
+// writes them) read with cs, an admin's clientset; 0 while the API server has no such series.
+func apiServerMetric(c require.TestingT, cs kubernetes.Interface, series string) float64 {
+	data, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	require.NoError(c, err)
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			require.NoError(c, err)
+			return f
+		}
+	}
+	return 0
 }
