@@ -199,6 +199,10 @@ type Notify func(Ref)
 const (
 	// ReasonCapacityExhausted: the backend runs as many clusters as it may.
 	ReasonCapacityExhausted = "CapacityExhausted"
+	// ReasonQuotaExceeded: the Cluster's namespace has as many clusters of its profile as the
+	// ProviderConfig allows one namespace (hosted: spec.hosted.maxClusters). Unlike
+	// CapacityExhausted, a limit of the tenant's share, not of the platform.
+	ReasonQuotaExceeded = "QuotaExceeded"
 	// ReasonVersionNotSupported: no binary or image runs the requested version.
 	ReasonVersionNotSupported = "VersionNotSupported"
 	// ReasonStarting: the cluster's processes start; it is not Ready yet.

@@ -35,6 +35,17 @@
 //   - unless the ProviderConfig turns audit logs off, the ConfigMap audit-policy, the API server's
 //     audit log on a capped volume and the sidecar that streams it (cmd/audit-log).
 //
+// Fair shares (quota.go): with spec.hosted.maxClusters, a namespace has control planes for at most
+// that many Clusters of the profile. A Cluster without a control plane is admitted only while the
+// Clusters of its namespace and profile that have one, or are older and wait for one, are fewer;
+// so the places go to the oldest Clusters (creationTimestamp, then name) whatever the order of the
+// reconciles, and the decision and the making of the namespace are serialized per namespace and
+// profile. What is counted is read from the API servers (the Clusters, the hcp-* namespaces), the
+// same after a restart of the operator. A refused Cluster gets the error QuotaExceeded, nothing is
+// made, and it is looked at again when a control plane of its namespace and profile is gone (freed
+// notifies it) and every 30 s. A control plane that exists is never refused nor stopped: a lowered
+// cap applies to new Clusters.
+//
 // Snapshots (backup.go) are Jobs of the control plane's own image (cmd/etcd-snapshot) in the host's
 // namespace cluster-provider-backups, onto a claim per Cluster that outlives it; restores
 // (restore.go) serve a snapshot from there to an init container of etcd's pods.

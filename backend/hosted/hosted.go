@@ -21,10 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/keymutex"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
@@ -76,6 +78,10 @@ type Options struct {
 	// Certificates is the lifetime of the control planes' leaf certificates. Default: a year,
 	// issued anew 30 days before their end (certs.LeafValidity, certs.RenewBefore).
 	Certificates certs.Lifetime
+	// Clusters reads the platform's Clusters, to count those of a namespace and profile against
+	// spec.hosted.maxClusters (quota.go); the operator passes the manager's cached client.
+	// Default: a direct client of Platform.
+	Clusters client.Reader
 	// Logger. Default: discard.
 	Logger logr.Logger
 }
@@ -92,6 +98,12 @@ type Backend struct {
 	where map[types.UID]*providersv1alpha1.SeedRef
 	// rolling are the control planes that hold a turn to roll (takeTurn).
 	rolling map[types.UID]bool
+	// places serializes, per namespace and profile, the decisions of spec.hosted.maxClusters and
+	// the making of the control planes' namespaces they admit (admit).
+	places keymutex.KeyMutex
+	// waiting are the Clusters refused for their namespace's quota (admit), notified when a
+	// place frees (freed).
+	waiting map[types.UID]backend.Ref
 }
 
 var (
@@ -127,7 +139,15 @@ func New(opts Options) (*Backend, error) {
 	if opts.MaxRolling <= 0 {
 		opts.MaxRolling = DefaultMaxRolling
 	}
-	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{}, rolling: map[types.UID]bool{}}, nil
+	if opts.Clusters == nil {
+		c, err := client.New(opts.Platform, client.Options{Scheme: apischeme.New()})
+		if err != nil {
+			return nil, fmt.Errorf("hosted backend: a client of the platform's Clusters: %w", err)
+		}
+		opts.Clusters = c
+	}
+	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{},
+		rolling: map[types.UID]bool{}, places: keymutex.NewHashed(0), waiting: map[types.UID]backend.Ref{}}, nil
 }
 
 // Name returns "hosted".
@@ -235,6 +255,13 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if h == nil {
 		return backend.State{Reason: backend.ReasonBackendStarting, Message: "the hosted backend is starting", RetryAfter: 2 * time.Second}, nil
 	}
+	release := func() {}
+	if !found { // a control plane that exists is never refused: a lowered cap applies to new ones
+		if release, err = b.admit(ctx, h, cl, settings, pc.Name); err != nil {
+			return backend.State{}, err // refused: nothing made
+		}
+		defer release()
+	}
 	if !found || ps.Version == "" {
 		// A new control plane: the ProviderConfig of now decides its seed and storage, for its life.
 		ps = providerStatus{StorageClassName: settings.StorageClassName, HighAvailability: settings.HighAvailability}
@@ -291,6 +318,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	b.mu.Lock()
 	b.where[cl.UID] = ps.seedRef()
 	b.mu.Unlock()
+	release() // the namespace made, the control plane counts for the others (hasControlPlane)
 	if err := h.createIfMissing(ctx, b.authnConfigMap(s)); err != nil {
 		return backend.State{}, err
 	}
@@ -908,6 +936,7 @@ func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluste
 	}
 	h.owned.Delete(NamespaceFor(cl.UID))
 	b.forget(cl)
+	b.freed(cl)
 	return true, nil
 }
 
@@ -916,6 +945,7 @@ func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	delete(b.admin, cl.UID)
 	delete(b.where, cl.UID)
 	delete(b.rolling, cl.UID)
+	delete(b.waiting, cl.UID)
 	b.mu.Unlock()
 	backend.ForgetCertificates(backend.RefOf(cl))
 }

@@ -285,7 +285,9 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 		Notify:       notify,
 		MaxRolling:   o.HostedMaxRolling,
 		Certificates: o.Certificates,
-		Logger:       log.WithName("hosted"),
+		// The shared cache: the Cluster reconcilers keep it filled with every Cluster.
+		Clusters: mgr.GetClient(),
+		Logger:   log.WithName("hosted"),
 	})
 	if err != nil {
 		return nil, err

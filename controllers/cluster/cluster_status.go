@@ -44,8 +44,8 @@ const (
 )
 
 // Reasons of the Cluster conditions and Events. The backend's reasons (backend.Reason*) are used
-// as they are: VersionNotSupported, CapacityExhausted, Starting, Restarting, Running,
-// BackendStarting.
+// as they are: VersionNotSupported, CapacityExhausted, QuotaExceeded, Starting, Restarting,
+// Running, BackendStarting.
 const (
 	// ReasonProvisioned: the backend created the cluster.
 	ReasonProvisioned = "Provisioned"

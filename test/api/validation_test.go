@@ -206,6 +206,16 @@ func TestCreateValidation(t *testing.T) {
 			message: "spec.hosted.allowedSourceRanges with NodePort exposure needs spec.hosted.externalHost",
 		},
 		{
+			name: "a hosted cap of no Cluster per namespace",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+				pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{MaxClusters: ptr.To[int32](0)}
+			},
+			message: "spec.hosted.maxClusters: Invalid value: 0: spec.hosted.maxClusters in body should be greater than or equal to 1",
+		},
+		{
 			name: "provider config keeping too many backups",
 			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
 			mutate: func(o client.Object) {
@@ -246,6 +256,15 @@ func TestHostedSourceRangesAccepted(t *testing.T) {
 			require.NoError(t, env.Client.Create(context.Background(), pc, client.DryRunAll))
 		})
 	}
+}
+
+// TestHostedMaxClustersAccepted: a cap of one Cluster per namespace, the least, is accepted (0 is
+// refused in TestCreateValidation's table).
+func TestHostedMaxClustersAccepted(t *testing.T) {
+	pc := fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{})
+	pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+	pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{MaxClusters: ptr.To[int32](1)}
+	require.NoError(t, env.Client.Create(context.Background(), pc, client.DryRunAll))
 }
 
 // TestUpdateValidation checks the immutability rules: each starts from a valid object, changes

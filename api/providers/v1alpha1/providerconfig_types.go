@@ -241,6 +241,18 @@ type HostedBackendConfig struct {
 	// (limit 512Mi). A container's Go memory limit (GOMEMLIMIT) follows its memory limit.
 	// +optional
 	Resources *HostedResources `json:"resources,omitempty"`
+
+	// MaxClusters is the most Clusters of this profile that one namespace may have control planes
+	// for: a fair share of the host per tenant. A Cluster beyond it gets none (condition Provisioned
+	// False, reason QuotaExceeded, and a Warning Event say so and what to do) and gets one by
+	// itself once a place frees (a Cluster of this profile in its namespace deleted, or the cap
+	// raised). The places go to the oldest Clusters, by creationTimestamp then name; a Cluster
+	// holds its place from the moment its control plane is made until the control plane is gone.
+	// Lowering it refuses new Clusters only: a control plane that exists is never stopped, so a
+	// namespace may stay above the cap until Clusters are deleted. Unset: no cap.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	MaxClusters *int32 `json:"maxClusters,omitempty"`
 }
 
 // SeedRef names the kubeconfig of a seed cluster.
