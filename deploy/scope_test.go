@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,8 @@ const operatorUser = "system:serviceaccount:cluster-provider-system:cluster-prov
 // cluster-provider-backups are allowed; the same outside them are refused (a Deployment in
 // default, a pod of kube-system annotated, a namespace deleted, a PriorityClass of another name),
 // and so is a change of a pod's spec in an hcp-* namespace; the core operator's Secrets in a
-// user's namespace are not held.
+// user's namespace are not held. It may read and delete its own PriorityClass (to replace an
+// earlier version's) and read the host API server's Service and EndpointSlices, no other.
 func TestHostedScope(t *testing.T) {
 	ctx := context.Background()
 	for _, o := range build(t, "hosted") {
@@ -57,6 +59,14 @@ func TestHostedScope(t *testing.T) {
 		return p
 	}
 	hcpPod, systemPod := pod(hcp), pod("kube-system")
+	// Its own PriorityClass, made after the dry run that creates it.
+	makeOwn := func() {
+		own := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "cluster-provider-control-plane"}, Value: 100_000_000,
+			PreemptionPolicy: ptr.To(corev1.PreemptNever)}
+		if err := env.Client.Create(ctx, own); !apierrors.IsAlreadyExists(err) {
+			require.NoError(t, err)
+		}
+	}
 	deployment := func(ns string) *appsv1.Deployment {
 		l := map[string]string{"app": "x"}
 		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kube-apiserver"},
@@ -121,6 +131,19 @@ func TestHostedScope(t *testing.T) {
 		{"write a Secret in a user's namespace (an AccessRequest's kubeconfig)", func() error {
 			return op.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: user, Name: "kubeconfig"}}, client.DryRunAll)
 		}, true},
+		{"read its own PriorityClass", func() error {
+			makeOwn()
+			return op.Get(ctx, client.ObjectKey{Name: "cluster-provider-control-plane"}, &schedulingv1.PriorityClass{})
+		}, true},
+		{"delete its own PriorityClass (to replace an earlier version's)", func() error {
+			return op.Delete(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "cluster-provider-control-plane"}}, client.DryRunAll)
+		}, true},
+		{"read the host API server's EndpointSlices", func() error {
+			return op.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
+		}, true},
+		{"read the host API server's Service", func() error {
+			return op.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &corev1.Service{})
+		}, true},
 	} {
 		err := c.do()
 		if c.allowed {
@@ -130,5 +153,20 @@ func TestHostedScope(t *testing.T) {
 		if assert.True(t, apierrors.IsForbidden(err), "%s: %v", c.what, err) {
 			assert.Contains(t, err.Error(), "cluster-provider operator", "%s: the policy refuses, not RBAC", c.what)
 		}
+	}
+	// What RBAC itself refuses: the reads and deletions granted by name or namespace go no further.
+	for what, do := range map[string]func() error{
+		"delete another PriorityClass": func() error {
+			return op.Delete(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}}, client.DryRunAll)
+		},
+		"read another PriorityClass": func() error {
+			return op.Get(ctx, client.ObjectKey{Name: "system-cluster-critical"}, &schedulingv1.PriorityClass{})
+		},
+		"list the EndpointSlices of kube-system": func() error {
+			return op.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace("kube-system"))
+		},
+	} {
+		err := do()
+		assert.True(t, apierrors.IsForbidden(err), "%s: %v", what, err)
 	}
 }
