@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -418,5 +419,60 @@ func TestOwnedNamespaces(t *testing.T) {
 		if assert.True(t, apierrors.IsForbidden(err), "%s: %v", what, err) {
 			assert.Contains(t, err.Error(), "hosted control plane's namespace admits no", what)
 		}
+	}
+}
+
+// TestHostedReads: deploy/hosted's ServiceAccount may read and delete its own PriorityClass (to
+// replace an earlier version's) and read the host API server's Service and EndpointSlices; RBAC
+// refuses the same of any other PriorityClass or namespace.
+func TestHostedReads(t *testing.T) {
+	ctx := t.Context()
+	applyHosted(t)
+	cfg, err := env.User(operatorUser, "system:serviceaccounts", "system:serviceaccounts:cluster-provider-system")
+	require.NoError(t, err)
+	op, err := client.New(cfg, client.Options{Scheme: testenv.Scheme})
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	own := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "cluster-provider-control-plane"}, Value: 100_000_000,
+		PreemptionPolicy: ptr.To(corev1.PreemptNever)}
+	require.NoError(t, client.IgnoreAlreadyExists(env.Client.Create(ctx, own)))
+	for what, do := range map[string]func() error{
+		"read its own PriorityClass": func() error {
+			return op.Get(ctx, client.ObjectKey{Name: own.Name}, &schedulingv1.PriorityClass{})
+		},
+		"delete its own PriorityClass (to replace an earlier version's)": func() error {
+			return op.Delete(ctx, own.DeepCopy(), client.DryRunAll)
+		},
+		"read the host API server's EndpointSlices": func() error {
+			return op.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
+		},
+		"read the host API server's Service": func() error {
+			return op.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &corev1.Service{})
+		},
+	} {
+		assert.NoError(t, do(), what)
+	}
+	for what, do := range map[string]func() error{
+		"delete another PriorityClass": func() error {
+			return op.Delete(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "system-cluster-critical"}}, client.DryRunAll)
+		},
+		"read another PriorityClass": func() error {
+			return op.Get(ctx, client.ObjectKey{Name: "system-cluster-critical"}, &schedulingv1.PriorityClass{})
+		},
+		"list the EndpointSlices of kube-system": func() error {
+			return op.List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace("kube-system"))
+		},
+		"list Secrets in every namespace": func() error { return op.List(ctx, &corev1.SecretList{}) },
+		"watch Secrets in every namespace": func() error {
+			w, err := cs.CoreV1().Secrets("").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+	} {
+		err := do()
+		assert.True(t, apierrors.IsForbidden(err), "%s: %v", what, err)
 	}
 }

@@ -15,7 +15,10 @@
 //     of spec.hosted.storageClassName (an emptyDir without one: lost with the pod); highly
 //     available (spec.hosted.highAvailability, recorded): three members, TLS between them on the
 //     headless Service etcd-peer, one per node, a PodDisruptionBudget, PriorityClass
-//     cluster-provider-control-plane;
+//     cluster-provider-control-plane (one per host, preemptionPolicy Never: a control plane waits
+//     for room rather than evict another tenant's pods; an earlier version's class, which
+//     preempted, is replaced once, and one the backend did not make is never touched: a highly
+//     available control plane is refused while it preempts);
 //   - kube-apiserver (a sidecar, so that it starts first) and kube-controller-manager (leader
 //     elected) in a Deployment rolled out blue/green (maxSurge 100 %, maxUnavailable 0); two of
 //     them, one per node, when highly available;
@@ -24,8 +27,11 @@
 //     LoadBalancer), and etcd;
 //   - NetworkPolicies: etcd takes only its API server; the API server takes clients on 6443 and
 //     reaches only its etcd, DNS and the OIDC issuers' ports (public addresses unless the
-//     ProviderConfig allows private issuers); with spec.hosted.allowedSourceRanges it takes
-//     clients from those ranges and the host's pods only; default-deny for everything else;
+//     ProviderConfig allows private issuers, and never link-local addresses nor the host's own
+//     API server: the ClusterIP of Service default/kubernetes and its EndpointSlices' addresses,
+//     read at every reconcile); with spec.hosted.allowedSourceRanges it takes clients from those
+//     ranges and the operator's own pods only (its namespace and its pod's labels, when it runs
+//     in the host: Options.OperatorPod); default-deny for everything else;
 //   - the ConfigMap with the structured authentication configuration, which the API server reloads;
 //     SetJWTAuthenticators annotates the API server's pods so that the kubelet refreshes it at once;
 //   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with, and

@@ -3,13 +3,18 @@ package hosted
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +42,9 @@ type host struct {
 	cancel   context.CancelFunc
 	// owned are the namespaces found to be the backend's own (claimNamespace).
 	owned sync.Map
+	// priority serializes ensurePriorityClass: one reconcile replaces an old class, the others
+	// then find the new one.
+	priority sync.Mutex
 }
 
 // watched are the kinds whose changes notify the backend.
@@ -266,4 +274,101 @@ func (h *host) createIfMissing(ctx context.Context, obj client.Object) error {
 		return fmt.Errorf("creating %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
+}
+
+// apiEndpoints are the addresses of the host cluster's own API server: the ClusterIPs of Service
+// default/kubernetes and the addresses of its EndpointSlices (those the API servers publish
+// themselves). They are read directly at every reconcile (a Get and a List of a few small
+// objects; the cache holds only the backend's own objects), so a change reaches the NetworkPolicy
+// at the control plane's next reconcile.
+func (h *host) apiEndpoints(ctx context.Context) ([]string, error) {
+	svc := &corev1.Service{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: hostAPIService}, svc); err != nil {
+		return nil, fmt.Errorf("reading Service %s/%s of host cluster %q, whose addresses the control planes must not reach: %w",
+			metav1.NamespaceDefault, hostAPIService, h.name, err)
+	}
+	addrs := slices.Clone(svc.Spec.ClusterIPs)
+	if len(addrs) == 0 && svc.Spec.ClusterIP != "" {
+		addrs = []string{svc.Spec.ClusterIP}
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := h.client.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: hostAPIService}); err != nil {
+		return nil, fmt.Errorf("listing the EndpointSlices of Service %s/%s of host cluster %q, whose addresses the control planes must not reach "+
+			"(the operator needs list on endpointslices in namespace %s: deploy/hosted/hosted_role.yaml): %w",
+			metav1.NamespaceDefault, hostAPIService, h.name, metav1.NamespaceDefault, err)
+	}
+	for _, sl := range eps.Items {
+		for _, ep := range sl.Endpoints {
+			addrs = append(addrs, ep.Addresses...)
+		}
+	}
+	return addrs, nil
+}
+
+// operatorPods selects the pods of pod's namespace that carry pod's labels but those that differ
+// between the replicas of one Deployment or StatefulSet (a revision's hash, a pod's name or
+// index): the operator's replicas, before and after a rollout. A pod without other labels gives
+// every pod of its namespace.
+func operatorPods(pod *corev1.Pod) Pods {
+	var labels map[string]string
+	for k, v := range pod.Labels {
+		switch k {
+		case appsv1.DefaultDeploymentUniqueLabelKey, appsv1.ControllerRevisionHashLabelKey,
+			appsv1.StatefulSetPodNameLabel, appsv1.PodIndexLabel:
+			continue
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[k] = v
+	}
+	return Pods{Namespace: pod.Namespace, Labels: labels}
+}
+
+// hostAPIService is the Service of a cluster's own API server, in namespace default.
+const hostAPIService = "kubernetes"
+
+// ReasonPriorityClassNotOwned: PriorityClassControlPlane exists, is not the backend's, and lets
+// its pods preempt: a highly available control plane is not made with it.
+const ReasonPriorityClassNotOwned = "PriorityClassNotOwned"
+
+// ensurePriorityClass makes PriorityClass when missing, and replaces the backend's own class when
+// it is not current (PriorityClassCurrent: one made by an earlier version, whose pods preempt).
+// Value and preemption policy are immutable, so it deletes the class and makes it anew, once: the
+// deletion is bound to the class it read (UID and resourceVersion), so a class changed meanwhile
+// is left to the next reconcile. Pods that run keep running (the API server set their priority
+// when it admitted them); a pod created in the moment between deletion and creation is refused
+// and made again by its controller. A class of that name without LabelManagedBy is someone
+// else's and never touched: unless it is current already, highly available control planes are
+// refused until its owner deletes it.
+func (h *host) ensurePriorityClass(ctx context.Context, log logr.Logger) error {
+	h.priority.Lock()
+	defer h.priority.Unlock()
+	want := PriorityClass()
+	cur := &schedulingv1.PriorityClass{}
+	err := h.client.Get(ctx, client.ObjectKey{Name: want.Name}, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		return h.createIfMissing(ctx, want)
+	case err != nil:
+		return fmt.Errorf("reading PriorityClass %s: %w", want.Name, err)
+	case PriorityClassCurrent(cur):
+		return nil
+	case cur.Labels[LabelManagedBy] != ManagedBy:
+		policy := "PreemptLowerPriority"
+		if cur.PreemptionPolicy != nil {
+			policy = string(*cur.PreemptionPolicy)
+		}
+		return &backend.Error{Reason: ReasonPriorityClassNotOwned, RetryAfter: time.Minute, Err: fmt.Errorf(
+			"PriorityClass %s of host cluster %q is not this operator's (it lacks label %s=%s) and has value %d and preemptionPolicy %s: "+
+				"highly available control planes run only with value %d and preemptionPolicy Never, so that they never preempt another tenant's pods; "+
+				"the operator does not touch it: delete it (pods that run keep running) and the operator makes its own",
+			want.Name, h.name, LabelManagedBy, ManagedBy, cur.Value, policy, want.Value)}
+	}
+	log.Info("Replacing the PriorityClass of an earlier version: its value and preemption policy are immutable",
+		"priorityClass", want.Name, "host", h.name, "value", cur.Value, "preemptionPolicy", cur.PreemptionPolicy)
+	if err := h.client.Delete(ctx, cur, client.Preconditions{UID: &cur.UID, ResourceVersion: &cur.ResourceVersion}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting PriorityClass %s to make it anew with preemptionPolicy Never: %w", want.Name, err)
+	}
+	return h.createIfMissing(ctx, want)
 }

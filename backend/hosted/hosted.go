@@ -60,6 +60,11 @@ type Options struct {
 	// InCluster: the operator runs in the platform cluster and reaches its Services (the API
 	// servers' internal endpoints). Otherwise, and always for a seed, it uses the external ones.
 	InCluster bool
+	// OperatorPod is the operator's own pod in the platform cluster (with InCluster): Start reads
+	// its labels once, and with spec.hosted.allowedSourceRanges the pods of its namespace that
+	// carry them (but those that differ between replicas: operatorPods) are the only pods of the
+	// platform the API servers take clients from. Empty (the default): none.
+	OperatorPod types.NamespacedName
 	// ServiceCIDR is the service range of new clusters. Default controlplane.DefaultServiceCIDR.
 	ServiceCIDR string
 	// Notify is told when a control plane's workloads change. Optional.
@@ -104,6 +109,9 @@ type Backend struct {
 	// waiting are the Clusters refused for their namespace's quota (admit), notified when a
 	// place frees (freed).
 	waiting map[types.UID]backend.Ref
+	// operator are the operator's pods in the platform (operatorPods of Options.OperatorPod); nil:
+	// none. Set by Start.
+	operator *Pods
 }
 
 var (
@@ -173,9 +181,21 @@ func (b *Backend) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hosted backend: %w", err)
 	}
+	var operator *Pods
+	if self := b.opts.OperatorPod; self.Name != "" {
+		pod := &corev1.Pod{}
+		if err := h.client.Get(ctx, self, pod); err != nil {
+			h.cancel()
+			return fmt.Errorf("hosted backend: reading the operator's own pod %s, whose labels admit it to API servers with allowedSourceRanges: %w", self, err)
+		}
+		op := operatorPods(pod)
+		operator = &op
+		b.opts.Logger.Info("API servers with allowedSourceRanges take clients from the operator's pods", "namespace", op.Namespace, "labels", op.Labels)
+	}
 	b.mu.Lock()
 	b.ctx = ctx
 	b.hosts[""] = h
+	b.operator = operator
 	b.mu.Unlock()
 	<-ctx.Done()
 	return nil
@@ -303,6 +323,9 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err != nil {
 		return backend.State{}, err
 	}
+	if err := b.hostSpec(ctx, h, s); err != nil {
+		return backend.State{}, err
+	}
 	// From the ProviderConfig, as every setting of the control plane: Ensure is not the only caller
 	// (adminConfig ensures with an empty Want), and what it applies must not depend on who calls.
 	s.Audit = pc.Spec.Audit.On()
@@ -323,7 +346,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		return backend.State{}, err
 	}
 	if s.HighAvailability {
-		if err := h.createIfMissing(ctx, PriorityClass()); err != nil {
+		if err := h.ensurePriorityClass(ctx, b.opts.Logger); err != nil {
 			return backend.State{}, err
 		}
 	}
@@ -632,6 +655,23 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 	}
 	s.restoreSpec(ps)
 	return s, nil
+}
+
+// hostSpec sets what s takes from its host h rather than from the ProviderConfig: the host's API
+// endpoints, read anew at every reconcile so that a change of them reaches the NetworkPolicy, and
+// the operator's pods when the operator runs in h.
+func (b *Backend) hostSpec(ctx context.Context, h *host, s *Spec) error {
+	endpoints, err := h.apiEndpoints(ctx)
+	if err != nil {
+		return err
+	}
+	s.HostAPIEndpoints = endpoints
+	if h.internal {
+		b.mu.Lock()
+		s.OperatorPods = b.operator
+		b.mu.Unlock()
+	}
+	return nil
 }
 
 // memoryAsLimited returns r with its memory request raised to its memory limit, if it has one.

@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -31,6 +34,7 @@ import (
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -1170,8 +1174,34 @@ func TestRestoreSteps(t *testing.T) {
 // TestSourceRangesLive: the ProviderConfig's source ranges reach an existing control plane at
 // its next reconcile, and go again when they are removed (the Service's traffic policy back to
 // its default, the policy's ingress open).
+// TestSourceRangesLive: allowedSourceRanges reach an existing control plane at once, and its API
+// server then admits the listed ranges and the operator's pods only: the pod selectors, evaluated
+// by the API server against real pods, pick the operator's two replicas (of different revisions)
+// and no other pod, of its namespace or another.
 func TestSourceRangesLive(t *testing.T) {
-	h := startBackend(t)
+	ctx := t.Context()
+	opNS, otherNS := "operator-"+string(uuid.NewUUID())[:8], "platform-"+string(uuid.NewUUID())[:8]
+	for _, ns := range []string{opNS, otherNS} {
+		require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	}
+	operatorLabels := map[string]string{"app.kubernetes.io/component": "operator", "app.kubernetes.io/name": "cluster-provider"}
+	pod := func(ns, name string, l map[string]string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: l},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.example/c:1"}}}}
+		require.NoError(t, env.Client.Create(ctx, p))
+		return p
+	}
+	with := func(extra map[string]string) map[string]string {
+		l := maps.Clone(operatorLabels)
+		maps.Copy(l, extra)
+		return l
+	}
+	self := pod(opNS, "cluster-provider-7d9c8b-a", with(map[string]string{appsv1.DefaultDeploymentUniqueLabelKey: "7d9c8b"}))
+	pod(opNS, "cluster-provider-5f6d4c-b", with(map[string]string{appsv1.DefaultDeploymentUniqueLabelKey: "5f6d4c"})) // the next revision
+	pod(opNS, "metrics-scraper", map[string]string{"app.kubernetes.io/name": "cluster-provider", "app.kubernetes.io/component": "scraper"})
+	pod(otherNS, "impostor", with(nil)) // the operator's labels, in another namespace
+	h := startBackendWith(t, func(o *Options) { o.OperatorPod = client.ObjectKeyFromObject(self) })
+
 	cl := newCluster("ranges")
 	h.ensure(t, cl)
 	ns := NamespaceFor(cl.UID)
@@ -1180,16 +1210,183 @@ func TestSourceRangesLive(t *testing.T) {
 	}
 	assert.Empty(t, from())
 
-	h.pc.Spec.Hosted.AllowedSourceRanges = []string{"203.0.113.0/24"}
+	h.pc.Spec.Hosted.AllowedSourceRanges = []string{"203.0.113.0/24", "198.51.100.0/24"}
 	h.ensure(t, cl)
 	assert.Equal(t, corev1.ServiceExternalTrafficPolicyLocal, get(t, &corev1.Service{}, ns, NameExternal).Spec.ExternalTrafficPolicy)
-	require.Len(t, from(), 2)
-	assert.Equal(t, "203.0.113.0/24", from()[0].IPBlock.CIDR)
+	peers := from()
+	require.Len(t, peers, 3)
+	assert.Equal(t, "203.0.113.0/24", peers[0].IPBlock.CIDR)
+	assert.Equal(t, "198.51.100.0/24", peers[1].IPBlock.CIDR)
+	op := peers[2]
+	require.Nil(t, op.IPBlock)
+	require.NotNil(t, op.NamespaceSelector, "never the pods of every namespace")
+	require.NotNil(t, op.PodSelector, "never every pod of a namespace")
+	// What the selectors pick, as the API server selects.
+	nsSel, err := metav1.LabelSelectorAsSelector(op.NamespaceSelector)
+	require.NoError(t, err)
+	namespaces := &corev1.NamespaceList{}
+	require.NoError(t, env.Client.List(ctx, namespaces, client.MatchingLabelsSelector{Selector: nsSel}))
+	var picked []string
+	for _, n := range namespaces.Items {
+		podSel, err := metav1.LabelSelectorAsSelector(op.PodSelector)
+		require.NoError(t, err)
+		pods := &corev1.PodList{}
+		require.NoError(t, env.Client.List(ctx, pods, client.InNamespace(n.Name), client.MatchingLabelsSelector{Selector: podSel}))
+		for _, p := range pods.Items {
+			picked = append(picked, p.Namespace+"/"+p.Name)
+		}
+	}
+	assert.ElementsMatch(t, []string{opNS + "/cluster-provider-7d9c8b-a", opNS + "/cluster-provider-5f6d4c-b"}, picked,
+		"the operator's replicas only")
 
 	h.pc.Spec.Hosted.AllowedSourceRanges = nil
 	h.ensure(t, cl)
 	assert.Equal(t, corev1.ServiceExternalTrafficPolicyCluster, get(t, &corev1.Service{}, ns, NameExternal).Spec.ExternalTrafficPolicy)
 	assert.Empty(t, from())
+}
+
+// TestHostAPIEndpointsExcepted: the API server's egress to the issuers never reaches the host's
+// own API server (the envtest's Service default/kubernetes and its EndpointSlices, as the API
+// server publishes them) nor link-local addresses, with private issuers allowed or not; an
+// endpoint added later reaches the NetworkPolicy at the next reconcile and leaves it when it goes;
+// a reconcile with nothing changed does not rewrite the policy.
+func TestHostAPIEndpointsExcepted(t *testing.T) {
+	ctx := t.Context()
+	svc := get(t, &corev1.Service{}, metav1.NamespaceDefault, "kubernetes")
+	eps := &discoveryv1.EndpointSliceList{}
+	require.NoError(t, env.Client.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}))
+	var endpoints []string
+	for _, sl := range eps.Items {
+		for _, ep := range sl.Endpoints {
+			endpoints = append(endpoints, ep.Addresses...)
+		}
+	}
+	require.NotEmpty(t, svc.Spec.ClusterIP)
+	require.NotEmpty(t, endpoints, "the envtest's API server publishes its EndpointSlice")
+	t.Logf("host API: ClusterIP %s, endpoints %v", svc.Spec.ClusterIP, endpoints)
+
+	h := startBackend(t)
+	h.pc.Spec.OIDC = &providersv1alpha1.OIDCSettings{AllowPrivateIssuers: true}
+	cl := newCluster("host-api")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	policy := func() *networkingv1.NetworkPolicy { return get(t, &networkingv1.NetworkPolicy{}, ns, NameAPIServer) }
+	except := func() []string {
+		block := policy().Spec.Egress[2].To[0].IPBlock
+		require.Equal(t, "0.0.0.0/0", block.CIDR)
+		return block.Except
+	}
+	want := []string{"169.254.0.0/16", svc.Spec.ClusterIP + "/32"}
+	for _, e := range endpoints {
+		want = append(want, e+"/32")
+	}
+	assert.Subset(t, except(), want, "private issuers allowed, and still never the host's API server nor cloud metadata")
+	assert.Equal(t, issuerExcept(true, append([]string{svc.Spec.ClusterIP}, endpoints...)), except(), "nothing else")
+
+	// An endpoint added (a new API server of the host) reaches the policy; a reconcile that changes
+	// nothing leaves it as it is.
+	extra := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "kubernetes-" + string(uuid.NewUUID())[:8], Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"198.51.100.7"}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: ptr.To[int32](6443), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	require.NoError(t, env.Client.Create(ctx, extra))
+	env.DeleteAtCleanup(t, extra)
+	h.ensure(t, cl)
+	assert.Contains(t, except(), "198.51.100.7/32")
+	generation := policy().Generation
+	h.ensure(t, cl)
+	assert.Equal(t, generation, policy().Generation, "the same endpoints give the same policy")
+
+	// Without private issuers the private ranges are excepted and cover the envtest's own
+	// addresses (its service range is in 10.0.0.0/8); a public endpoint is still excepted by itself.
+	h.pc.Spec.OIDC = nil
+	h.ensure(t, cl)
+	require.True(t, netip.MustParsePrefix("10.0.0.0/8").Contains(netip.MustParseAddr(svc.Spec.ClusterIP)), "the envtest's service range")
+	assert.Subset(t, except(), []string{"10.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "198.51.100.7/32"})
+	assert.NotContains(t, except(), svc.Spec.ClusterIP+"/32", "covered by 10.0.0.0/8: not listed twice")
+	for _, e := range endpoints {
+		if ip := netip.MustParseAddr(e); !slices.ContainsFunc(privateRanges, func(r string) bool { return netip.MustParsePrefix(r).Contains(ip) }) {
+			assert.Contains(t, except(), e+"/32", "an endpoint outside the private ranges is excepted by itself")
+		}
+	}
+	assert.Equal(t, issuerExcept(false, append([]string{svc.Spec.ClusterIP, "198.51.100.7"}, endpoints...)), except())
+
+	require.NoError(t, env.Client.Delete(ctx, extra))
+	h.ensure(t, cl)
+	assert.NotContains(t, except(), "198.51.100.7/32", "an endpoint gone leaves the policy")
+}
+
+// TestPriorityClassReplaced: the PriorityClass an earlier version made (its label, no
+// preemptionPolicy: the API server defaults PreemptLowerPriority) is replaced once by one that
+// never preempts; a class of that name that is not the operator's is never touched, and a highly
+// available control plane is refused while it would preempt (with the reason and what to do); one
+// that is already as planned is used as it is.
+func TestPriorityClassReplaced(t *testing.T) {
+	ctx := t.Context()
+	key := client.ObjectKey{Name: PriorityClassControlPlane}
+	// Set the class up as given, whatever an earlier test left.
+	setClass := func(pc *schedulingv1.PriorityClass) *schedulingv1.PriorityClass {
+		t.Helper()
+		require.NoError(t, client.IgnoreNotFound(env.Client.Delete(ctx, &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane}})))
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, key, &schedulingv1.PriorityClass{}))
+		}, 10*time.Second, 20*time.Millisecond)
+		require.NoError(t, env.Client.Create(ctx, pc))
+		return pc
+	}
+	// At the end the class is the operator's, as later tests expect.
+	t.Cleanup(func() {
+		cur := &schedulingv1.PriorityClass{}
+		if err := env.Client.Get(context.Background(), key, cur); err == nil && (!PriorityClassCurrent(cur) || cur.Labels[LabelManagedBy] != ManagedBy) {
+			_ = env.Client.Delete(context.Background(), cur)
+		}
+	})
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hosted.HighAvailability = true
+
+	old := setClass(&schedulingv1.PriorityClass{
+		ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		Value:      priorityControlPlane,
+	})
+	require.Equal(t, corev1.PreemptLowerPriority, *get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane).PreemptionPolicy, "as an earlier version left it")
+	cl := newCluster("ha-priority")
+	h.ensure(t, cl)
+	replaced := get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane)
+	assert.NotEqual(t, old.UID, replaced.UID, "made anew")
+	assert.Equal(t, corev1.PreemptNever, *replaced.PreemptionPolicy)
+	assert.Equal(t, int32(priorityControlPlane), replaced.Value)
+	assert.Equal(t, ManagedBy, replaced.Labels[LabelManagedBy])
+	h.ensure(t, cl)
+	h.ensure(t, newCluster("ha-priority-2"))
+	assert.Equal(t, replaced.UID, get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane).UID, "replaced once")
+
+	// Someone else's class that preempts: untouched, and the control plane is refused.
+	foreign := setClass(&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane}, Value: 1000})
+	_, err := h.b.Ensure(ctx, cl, backend.Want{Version: "1.37.1"})
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, ReasonPriorityClassNotOwned), "%v", err)
+	assert.Equal(t, time.Minute, backend.RetryAfter(err), "no object of the platform's API changes when the class is deleted: looked at again")
+	assert.ErrorContains(t, err, "is not this operator's")
+	assert.ErrorContains(t, err, "delete it")
+	cur := get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane)
+	assert.Equal(t, foreign.UID, cur.UID, "never touched")
+	assert.Equal(t, int32(1000), cur.Value)
+
+	// Someone else's class that never preempts: used as it is.
+	foreign = setClass(&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane},
+		Value: priorityControlPlane, PreemptionPolicy: ptr.To(corev1.PreemptNever), Description: "ours, by GitOps"})
+	h.ensure(t, cl)
+	assert.Equal(t, foreign.UID, get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane).UID, "never touched")
+
+	// Deleted by its owner: the operator makes its own.
+	require.NoError(t, env.Client.Delete(ctx, foreign))
+	h.ensure(t, cl)
+	made := get(t, &schedulingv1.PriorityClass{}, "", PriorityClassControlPlane)
+	assert.Equal(t, ManagedBy, made.Labels[LabelManagedBy])
+	assert.Equal(t, corev1.PreemptNever, *made.PreemptionPolicy)
 }
 
 // TestExposure: an endpoint on spec.hosted.externalHost or a load balancer survives a node's

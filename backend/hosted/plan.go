@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -126,9 +128,14 @@ type Spec struct {
 	// Resources of the containers.
 	APIServer, ControllerManager, Etcd corev1.ResourceRequirements
 	// IssuerPorts are the TCP ports of the OIDC issuers the API server may reach (443 when none
-	// is named); PrivateIssuers lets it reach them on private addresses too.
+	// is named); PrivateIssuers lets it reach them on private addresses too. Never on link-local
+	// addresses (cloud metadata) nor on HostAPIEndpoints (issuerExcept).
 	IssuerPorts    []int32
 	PrivateIssuers bool
+	// HostAPIEndpoints are the addresses of the host cluster's own API server: the ClusterIP of
+	// Service default/kubernetes and the addresses of its EndpointSlices, read from the host at
+	// every reconcile. The API server never reaches them, whatever PrivateIssuers says.
+	HostAPIEndpoints []string
 	// HighAvailability runs haEtcdMembers etcd members and haAPIServers API servers (with their
 	// controller managers), each on its own node, with PodDisruptionBudgets and
 	// PriorityClassControlPlane. It needs StorageClassName. Without it: one of each.
@@ -147,10 +154,15 @@ type Spec struct {
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
 	Certificates string
-	// AllowedSourceRanges, when set, are the only addresses outside the host cluster that reach
-	// the API server (its NetworkPolicy; LoadBalancer: loadBalancerSourceRanges); the external
+	// AllowedSourceRanges, when set, are the only addresses that reach the API server besides
+	// OperatorPods (its NetworkPolicy; LoadBalancer: loadBalancerSourceRanges); the external
 	// Service keeps clients' addresses (externalTrafficPolicy Local).
 	AllowedSourceRanges []string
+	// OperatorPods, when set, are the operator's own pods in the host cluster, which reach the API
+	// server on its internal Service: with AllowedSourceRanges the only pods of the host it takes
+	// clients from. Nil on a seed and for an operator outside the host: it reaches the API server
+	// on its external endpoint, from an address that must be in AllowedSourceRanges.
+	OperatorPods *Pods
 	// Audit: the API server writes an audit log (controlplane.AuditPolicy) onto a volume of its
 	// pod, rotated at its size cap, and a sidecar (cmd/audit-log) streams it to its output
 	// (`kubectl logs … -c audit`). The ProviderConfig's spec.audit.disabled turns it off.
@@ -159,6 +171,12 @@ type Spec struct {
 	// SecretEncryption (encryption.go): the API servers encrypt Secrets with it, and the pod
 	// template carries it (AnnotationEncryption), so a change of keys rolls them.
 	Encryption string
+}
+
+// Pods selects pods of one namespace by their labels (none: every pod of the namespace).
+type Pods struct {
+	Namespace string
+	Labels    map[string]string
 }
 
 // RestoreSource is where etcd's pods fetch the snapshot they restore: a serve of BackupNamespace
@@ -361,8 +379,8 @@ const (
 	// connects.
 	etcdPeerCN = "etcd-peer"
 	// PriorityClassControlPlane is the PriorityClass of highly available control planes' pods
-	// (made in the host cluster when missing): above workloads, below the host's own
-	// system-cluster-critical and system-node-critical.
+	// (made in the host cluster when missing, ensurePriorityClass): above workloads, below the
+	// host's own system-cluster-critical and system-node-critical; it never preempts.
 	PriorityClassControlPlane = "cluster-provider-control-plane"
 	priorityControlPlane      = 100_000_000
 )
@@ -417,15 +435,27 @@ func (s *Spec) DisruptionBudget(component string) *policyv1.PodDisruptionBudget 
 	}
 }
 
-// PriorityClass is PriorityClassControlPlane.
+// PriorityClass is PriorityClassControlPlane. Its pods never preempt (PreemptionPolicy Never): a
+// highly available control plane that finds no room waits, Pending, rather than evict another
+// tenant's control plane or workload; it is still scheduled first and evicted last under node
+// pressure. Value and PreemptionPolicy are immutable: a class made by an earlier version without
+// them is replaced (ensurePriorityClass).
 func PriorityClass() *schedulingv1.PriorityClass {
 	return &schedulingv1.PriorityClass{
-		TypeMeta:   typeMeta("scheduling.k8s.io/v1", "PriorityClass"),
-		ObjectMeta: metav1.ObjectMeta{Name: PriorityClassControlPlane, Labels: map[string]string{LabelManagedBy: ManagedBy}},
-		Value:      priorityControlPlane,
+		TypeMeta:         typeMeta("scheduling.k8s.io/v1", "PriorityClass"),
+		ObjectMeta:       metav1.ObjectMeta{Name: PriorityClassControlPlane, Labels: map[string]string{LabelManagedBy: ManagedBy}},
+		Value:            priorityControlPlane,
+		PreemptionPolicy: ptr.To(corev1.PreemptNever),
 		Description: "Pods of the hosted control planes of cluster-provider (highly available ones): scheduled before, " +
-			"and evicted after, workloads without a priority class.",
+			"and evicted after, workloads without a priority class; they never preempt another pod.",
 	}
+}
+
+// PriorityClassCurrent reports whether pc is PriorityClass in what cannot change: its value and
+// its preemption policy (the API server defaults a missing one to PreemptLowerPriority).
+func PriorityClassCurrent(pc *schedulingv1.PriorityClass) bool {
+	want := PriorityClass()
+	return pc.Value == want.Value && pc.PreemptionPolicy != nil && *pc.PreemptionPolicy == *want.PreemptionPolicy
 }
 
 // etcdMember is the DNS name of member i of a highly available etcd.
@@ -621,9 +651,65 @@ func (s *Spec) DefaultDenyNetworkPolicy() *networkingv1.NetworkPolicy {
 // ProviderConfig allows private issuers: as the provider's own discovery refuses them.
 var privateRanges = []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "100.64.0.0/10", "127.0.0.0/8"}
 
+// linkLocal are the addresses an API server never reaches an issuer on: cloud metadata endpoints
+// (169.254.169.254), which hand out the node's credentials.
+const linkLocal = "169.254.0.0/16"
+
+// issuerExcept is the except list of the API server's egress to the issuers (0.0.0.0/0): the
+// link-local range and each IPv4 address of hostAPI as a /32 always, and privateRanges unless
+// private is set. An address another entry covers is left out, as are duplicates, addresses that
+// do not parse and IPv6 ones (outside the block); the list is sorted by address, so the same
+// inputs give the same object and the policy is not rewritten at every reconcile.
+func issuerExcept(private bool, hostAPI []string) []string {
+	var ranges []netip.Prefix
+	add := func(cidr string) {
+		if p, err := netip.ParsePrefix(cidr); err == nil && p.Addr().Is4() {
+			ranges = append(ranges, p.Masked())
+		}
+	}
+	add(linkLocal)
+	if !private {
+		for _, r := range privateRanges {
+			add(r)
+		}
+	}
+	for _, a := range hostAPI {
+		if ip, err := netip.ParseAddr(a); err == nil {
+			if ip = ip.Unmap(); ip.Is4() {
+				ranges = append(ranges, netip.PrefixFrom(ip, 32))
+			}
+		}
+	}
+	// Widest first, so that an entry is checked against every entry that could cover it.
+	slices.SortFunc(ranges, func(a, b netip.Prefix) int {
+		if c := a.Bits() - b.Bits(); c != 0 {
+			return c
+		}
+		return a.Addr().Compare(b.Addr())
+	})
+	var kept []netip.Prefix
+	for _, r := range ranges {
+		if !slices.ContainsFunc(kept, func(k netip.Prefix) bool { return k.Contains(r.Addr()) }) {
+			kept = append(kept, r)
+		}
+	}
+	slices.SortFunc(kept, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	except := make([]string, len(kept))
+	for i, k := range kept {
+		except[i] = k.String()
+	}
+	return except
+}
+
 // APIServerNetworkPolicy lets API clients in on the API server's port (from anywhere: it
-// authenticates them), and the API server out to its etcd, to DNS, and to the OIDC issuers' ports
-// (public addresses only, unless private issuers are allowed).
+// authenticates them; with AllowedSourceRanges from those and OperatorPods only), and the API
+// server out to its etcd, to DNS, and to the OIDC issuers' ports (public addresses only, unless
+// private issuers are allowed; never link-local ones nor the host's API server: issuerExcept).
 func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 	ports := slices.Clone(s.IssuerPorts)
 	if len(ports) == 0 {
@@ -635,10 +721,7 @@ func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 	for _, p := range ports {
 		issuers.Ports = append(issuers.Ports, tcpPort(p))
 	}
-	block := &networkingv1.IPBlock{CIDR: "0.0.0.0/0"}
-	if !s.PrivateIssuers {
-		block.Except = privateRanges
-	}
+	block := &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: issuerExcept(s.PrivateIssuers, s.HostAPIEndpoints)}
 	issuers.To = []networkingv1.NetworkPolicyPeer{{IPBlock: block}}
 	dns := dnsEgress()
 	clients := networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}}
@@ -646,8 +729,13 @@ func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 		for _, r := range s.AllowedSourceRanges {
 			clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r}})
 		}
-		// The host's pods (the operator, platform controllers) reach the internal Service.
-		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}})
+		// The operator's pods reach the internal Service; no other pod of the host does.
+		if op := s.OperatorPods; op != nil {
+			clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: op.Namespace}},
+				PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(op.Labels)},
+			})
+		}
 	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),

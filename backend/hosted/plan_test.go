@@ -2,6 +2,7 @@ package hosted
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -11,12 +12,14 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -176,11 +179,11 @@ func TestNetworkPolicies(t *testing.T) {
 			assert.Equal(t, tc.wantPorts, ports)
 			block := np.Spec.Egress[2].To[0].IPBlock
 			assert.Equal(t, "0.0.0.0/0", block.CIDR)
+			assert.Contains(t, block.Except, "169.254.0.0/16", "never cloud metadata, private issuers or not")
 			if tc.wantExcept {
-				assert.Contains(t, block.Except, "169.254.0.0/16", "no cloud metadata")
 				assert.Contains(t, block.Except, "10.0.0.0/8")
 			} else {
-				assert.Empty(t, block.Except)
+				assert.Equal(t, []string{"169.254.0.0/16"}, block.Except)
 			}
 
 			etcd := s.EtcdNetworkPolicy()
@@ -658,24 +661,126 @@ func TestAuditAndEncryptionPlan(t *testing.T) {
 	}
 }
 
+// TestIssuerExcept: the API server's egress to the issuers (0.0.0.0/0) excepts link-local
+// addresses and the host's API endpoints always, and the private ranges unless private issuers are
+// allowed; an endpoint inside another entry is not listed again, and the list is sorted and free
+// of duplicates whatever order the endpoints come in, so the policy does not change between
+// reconciles.
+func TestIssuerExcept(t *testing.T) {
+	private := []string{"10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"}
+	for _, c := range []struct {
+		name    string
+		private bool
+		hostAPI []string
+		want    []string
+	}{
+		{"public issuers only, no endpoints", false, nil, private},
+		{"private issuers, no endpoints", true, nil, []string{"169.254.0.0/16"}},
+		{"public issuers only: endpoints in private ranges are covered", false, []string{"10.96.0.1", "172.18.0.2", "127.0.0.1"}, private},
+		{"public issuers only: a public endpoint is excepted", false, []string{"10.96.0.1", "203.0.113.5"},
+			append(slices.Clone(private), "203.0.113.5/32")},
+		{"private issuers: endpoints in private ranges are excepted", true, []string{"172.18.0.2", "10.96.0.1", "127.0.0.1"},
+			[]string{"10.96.0.1/32", "127.0.0.1/32", "169.254.0.0/16", "172.18.0.2/32"}},
+		{"private issuers: a link-local endpoint is covered", true, []string{"169.254.169.254"}, []string{"169.254.0.0/16"}},
+		{"duplicates, an IPv4-mapped IPv6 form of one", true, []string{"10.96.0.1", "203.0.113.5", "10.96.0.1", "::ffff:10.96.0.1", "203.0.113.5"},
+			[]string{"10.96.0.1/32", "169.254.0.0/16", "203.0.113.5/32"}},
+		{"IPv6 and what does not parse are not in an IPv4 block", true, []string{"fd00::1", "2001:db8::1", "", "kubernetes.default", "10.96.0.1/32", "10.96.0.1"},
+			[]string{"10.96.0.1/32", "169.254.0.0/16"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := issuerExcept(c.private, c.hostAPI)
+			assert.Equal(t, c.want, got)
+			reversed := slices.Clone(c.hostAPI)
+			slices.Reverse(reversed)
+			assert.Equal(t, got, issuerExcept(c.private, reversed), "the same whatever the endpoints' order")
+			for _, e := range got {
+				p, err := netip.ParsePrefix(e)
+				require.NoError(t, err)
+				assert.True(t, p.Addr().Is4() && p.Bits() > 0, "%s is inside 0.0.0.0/0 and smaller (NetworkPolicy validation)", e)
+				assert.Equal(t, p.Masked(), p, "%s is a network address", e)
+			}
+		})
+	}
+
+	s := testSpec()
+	s.PrivateIssuers, s.HostAPIEndpoints = true, []string{"203.0.113.5", "10.96.0.1"}
+	block := s.APIServerNetworkPolicy().Spec.Egress[2].To[0].IPBlock
+	assert.Equal(t, "0.0.0.0/0", block.CIDR)
+	assert.Equal(t, []string{"10.96.0.1/32", "169.254.0.0/16", "203.0.113.5/32"}, block.Except)
+}
+
+// TestOperatorPods: the operator's pods are those of its namespace with its pod's labels but
+// those that differ between the replicas of one Deployment or StatefulSet.
+func TestOperatorPods(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   map[string]string
+	}{
+		{"deploy/hosted", map[string]string{"app.kubernetes.io/component": "operator", "app.kubernetes.io/name": "cluster-provider", "pod-template-hash": "7d9c8b"},
+			map[string]string{"app.kubernetes.io/component": "operator", "app.kubernetes.io/name": "cluster-provider"}},
+		{"openMCP's", map[string]string{"app.kubernetes.io/managed-by": "openmcp-operator", "app.kubernetes.io/name": "ClusterProvider",
+			"app.kubernetes.io/instance": "local", "app.kubernetes.io/component": "controller", "pod-template-hash": "5f6d"},
+			map[string]string{"app.kubernetes.io/managed-by": "openmcp-operator", "app.kubernetes.io/name": "ClusterProvider",
+				"app.kubernetes.io/instance": "local", "app.kubernetes.io/component": "controller"}},
+		{"a StatefulSet's", map[string]string{"app": "op", "controller-revision-hash": "op-6c", "statefulset.kubernetes.io/pod-name": "op-0", "apps.kubernetes.io/pod-index": "0"},
+			map[string]string{"app": "op"}},
+		{"no labels of its own: its namespace", map[string]string{"pod-template-hash": "1"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "cluster-provider-system", Name: "cluster-provider-7d9c8b-x2x", Labels: c.labels}}
+			assert.Equal(t, Pods{Namespace: "cluster-provider-system", Labels: c.want}, operatorPods(pod))
+		})
+	}
+}
+
+// TestPriorityClass: highly available control planes never preempt; a class is current only with
+// the value and preemption policy of the plan (both immutable).
+func TestPriorityClass(t *testing.T) {
+	pc := PriorityClass()
+	assert.Equal(t, corev1.PreemptNever, *pc.PreemptionPolicy)
+	assert.Equal(t, ManagedBy, pc.Labels[LabelManagedBy])
+	for _, c := range []struct {
+		name    string
+		change  func(*schedulingv1.PriorityClass)
+		current bool
+	}{
+		{"as planned", func(*schedulingv1.PriorityClass) {}, true},
+		{"another description", func(pc *schedulingv1.PriorityClass) { pc.Description = "mine" }, true},
+		{"an earlier version's: no policy", func(pc *schedulingv1.PriorityClass) { pc.PreemptionPolicy = nil }, false},
+		{"as the API server defaults it", func(pc *schedulingv1.PriorityClass) { pc.PreemptionPolicy = ptr.To(corev1.PreemptLowerPriority) }, false},
+		{"another value", func(pc *schedulingv1.PriorityClass) { pc.Value = 1000 }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pc := PriorityClass()
+			c.change(pc)
+			assert.Equal(t, c.current, PriorityClassCurrent(pc))
+		})
+	}
+}
+
 // TestAllowedSourceRanges: without ranges the API server takes clients from anywhere on 6443;
-// with them, only from the ranges and the host's pods (no other port), the external Service keeps
-// the client's address (externalTrafficPolicy Local) and, as a LoadBalancer, lists the ranges.
+// with them, only from the ranges and the operator's pods (no other pod, no other port), the
+// external Service keeps the client's address (externalTrafficPolicy Local) and, as a
+// LoadBalancer, lists the ranges. Without the operator's pods (a seed), the ranges only.
 func TestAllowedSourceRanges(t *testing.T) {
 	ranges := []string{"203.0.113.0/24", "2001:db8::/32"}
+	operator := &Pods{Namespace: "cluster-provider-system", Labels: map[string]string{"app.kubernetes.io/component": "operator"}}
 	for _, c := range []struct {
 		name     string
 		exposure corev1.ServiceType
 		ranges   []string
+		operator *Pods
 	}{
-		{"open, NodePort", corev1.ServiceTypeNodePort, nil},
-		{"open, LoadBalancer", corev1.ServiceTypeLoadBalancer, nil},
-		{"ranges, NodePort", corev1.ServiceTypeNodePort, ranges},
-		{"ranges, LoadBalancer", corev1.ServiceTypeLoadBalancer, ranges},
+		{"open, NodePort", corev1.ServiceTypeNodePort, nil, operator},
+		{"open, LoadBalancer", corev1.ServiceTypeLoadBalancer, nil, operator},
+		{"ranges, NodePort", corev1.ServiceTypeNodePort, ranges, operator},
+		{"ranges, LoadBalancer", corev1.ServiceTypeLoadBalancer, ranges, operator},
+		{"ranges, no operator pods in the host", corev1.ServiceTypeLoadBalancer, ranges, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := testSpec()
-			s.Exposure, s.AllowedSourceRanges = c.exposure, c.ranges
+			s.Exposure, s.AllowedSourceRanges, s.OperatorPods = c.exposure, c.ranges, c.operator
 			in := s.APIServerNetworkPolicy().Spec.Ingress
 			require.Len(t, in, 1)
 			assert.Equal(t, []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}, in[0].Ports)
@@ -687,19 +792,25 @@ func TestAllowedSourceRanges(t *testing.T) {
 				return
 			}
 			var cidrs []string
-			others := 0
+			var pods []networkingv1.NetworkPolicyPeer
 			for _, p := range in[0].From {
 				if p.IPBlock != nil {
 					cidrs = append(cidrs, p.IPBlock.CIDR)
 					assert.Empty(t, p.IPBlock.Except)
 				} else {
-					others++
-					assert.Equal(t, &metav1.LabelSelector{}, p.NamespaceSelector, "the host's pods")
-					assert.Nil(t, p.PodSelector)
+					pods = append(pods, p)
 				}
 			}
 			assert.Equal(t, c.ranges, cidrs)
-			assert.Equal(t, 1, others)
+			if c.operator == nil {
+				assert.Empty(t, pods, "no pod of the host")
+			} else {
+				require.Len(t, pods, 1)
+				assert.Equal(t, map[string]string{corev1.LabelMetadataName: "cluster-provider-system"}, pods[0].NamespaceSelector.MatchLabels, "the operator's namespace only")
+				assert.Equal(t, c.operator.Labels, pods[0].PodSelector.MatchLabels, "the operator's pods only")
+				assert.Empty(t, pods[0].NamespaceSelector.MatchExpressions)
+				assert.Empty(t, pods[0].PodSelector.MatchExpressions)
+			}
 			assert.Equal(t, corev1.ServiceExternalTrafficPolicyLocal, svc.ExternalTrafficPolicy, "the client's address reaches the policy")
 			if c.exposure == corev1.ServiceTypeLoadBalancer {
 				assert.Equal(t, c.ranges, svc.LoadBalancerSourceRanges)

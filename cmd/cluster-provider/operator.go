@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -273,9 +275,14 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 			seedNamespace = string(data)
 		}
 	}
+	self, err := ownPod()
+	if err != nil {
+		return nil, err
+	}
 	hb, err := hosted.New(hosted.Options{
-		Platform:  mgr.GetConfig(),
-		InCluster: fileExists(inClusterNamespaceFile),
+		Platform:    mgr.GetConfig(),
+		InCluster:   fileExists(inClusterNamespaceFile),
+		OperatorPod: self,
 		SeedConfig: func(ctx context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error) {
 			if seedNamespace == "" {
 				return nil, fmt.Errorf("spec.hosted.seed names Secret %s, but the operator does not run in a pod: set --hosted-seed-namespace", seed.SecretName)
@@ -319,6 +326,23 @@ func mayWatchSecrets(ctx context.Context, cfg *rest.Config) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// ownPod names the operator's pod when it runs in one: the namespace of its ServiceAccount and
+// its host name (the pod's name, as leaderIdentity takes it). Out of a pod: empty.
+func ownPod() (types.NamespacedName, error) {
+	if !fileExists(inClusterNamespaceFile) {
+		return types.NamespacedName{}, nil
+	}
+	data, err := os.ReadFile(inClusterNamespaceFile)
+	if err != nil {
+		return types.NamespacedName{}, fmt.Errorf("the operator's namespace: %w", err)
+	}
+	name, err := os.Hostname()
+	if err != nil {
+		return types.NamespacedName{}, fmt.Errorf("the operator's pod name (its host name): %w", err)
+	}
+	return types.NamespacedName{Namespace: strings.TrimSpace(string(data)), Name: name}, nil
 }
 
 // seedConfig reads a seed's kubeconfig from its Secret.

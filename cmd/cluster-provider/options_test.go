@@ -306,3 +306,21 @@ func TestVerbosity(t *testing.T) {
 	assert.False(t, metricsOptions(o).SecureServing)
 	assert.Nil(t, metricsOptions(o).FilterProvider)
 }
+
+// TestOwnPod: in a pod the operator names its own pod (its ServiceAccount's namespace, its host
+// name) for the hosted backend; out of a pod, none.
+func TestOwnPod(t *testing.T) {
+	defer func(old string) { inClusterNamespaceFile = old }(inClusterNamespaceFile)
+	inClusterNamespaceFile = filepath.Join(t.TempDir(), "namespace")
+	self, err := ownPod()
+	require.NoError(t, err)
+	assert.Empty(t, self, "out of a pod")
+
+	require.NoError(t, os.WriteFile(inClusterNamespaceFile, []byte("cluster-provider-system\n"), 0o600))
+	self, err = ownPod()
+	require.NoError(t, err)
+	host, err := os.Hostname()
+	require.NoError(t, err)
+	assert.Equal(t, "cluster-provider-system", self.Namespace)
+	assert.Equal(t, host, self.Name)
+}

@@ -67,7 +67,8 @@ func TestHostedHAOnKind(t *testing.T) {
 	t.Logf("FIGURE hosted HA etcd's first check (a maintenance Job over three members): EtcdHealthy %.1f s after Ready: %s; every member answers after %.1f s: %s",
 		firstAt.Seconds(), first, time.Since(start).Seconds(), msg)
 
-	// Placement: one member and one API server per node, the PriorityClass, memory as limited.
+	// Placement: one member and one API server per node, the PriorityClass (never preempting),
+	// memory as limited.
 	placed := func(ct require.TestingT) (etcd, api []corev1.Pod) {
 		pods := &corev1.PodList{}
 		require.NoError(ct, c.List(ctx, pods, client.InNamespace(hns)))
@@ -93,6 +94,9 @@ func TestHostedHAOnKind(t *testing.T) {
 			assert.False(t, nodes[p.Spec.NodeName], "two %s pods on node %s", p.Labels[hosted.LabelComponent], p.Spec.NodeName)
 			nodes[p.Spec.NodeName] = true
 			assert.Equal(t, hosted.PriorityClassControlPlane, p.Spec.PriorityClassName)
+			if assert.NotNil(t, p.Spec.PreemptionPolicy, "set from the PriorityClass at admission") {
+				assert.Equal(t, corev1.PreemptNever, *p.Spec.PreemptionPolicy, "never preempts another tenant's pods")
+			}
 			for _, ctr := range p.Spec.Containers {
 				assert.Equal(t, ctr.Resources.Limits.Memory().String(), ctr.Resources.Requests.Memory().String(), "%s/%s", p.Name, ctr.Name)
 			}

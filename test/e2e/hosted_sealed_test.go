@@ -181,6 +181,12 @@ func checkExposure(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster, 
 		require.NoError(ct, c.Get(ctx, client.ObjectKey{Namespace: ns, Name: hosted.NameAPIServer}, np))
 		if assert.Len(ct, np.Spec.Ingress, 1) && assert.Len(ct, np.Spec.Ingress[0].From, 2) {
 			assert.Equal(ct, "198.51.100.0/24", np.Spec.Ingress[0].From[0].IPBlock.CIDR)
+			// The operator's pods (it runs in the platform): its namespace and labels, no other pod.
+			op := np.Spec.Ingress[0].From[1]
+			if assert.NotNil(ct, op.NamespaceSelector) && assert.NotNil(ct, op.PodSelector) {
+				assert.NotEmpty(ct, op.NamespaceSelector.MatchLabels[corev1.LabelMetadataName])
+				assert.NotEmpty(ct, op.PodSelector.MatchLabels)
+			}
 		}
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cur))
 		cond := meta.FindStatusCondition(cur.Status.Conditions, cluster.ConditionEndpointResilient)

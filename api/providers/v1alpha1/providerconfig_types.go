@@ -152,6 +152,8 @@ type OIDCSettings struct {
 	// issuer's discovery document from the operator's pod, so by default such addresses, which
 	// reach the platform's own network, are refused (the request is Denied IssuerNotAllowed).
 	// Allow them for an identity provider inside your network, together with AllowedIssuers.
+	// Hosted control planes' API servers then reach private addresses on the issuers' ports too,
+	// but never link-local ones (cloud metadata) nor the host cluster's own API server.
 	// +optional
 	AllowPrivateIssuers bool `json:"allowPrivateIssuers,omitempty"`
 }
@@ -197,7 +199,8 @@ type HostedBackendConfig struct {
 	// (TLS between them, one per node, a quorum survives the loss of one), two API servers with a
 	// kube-controller-manager each (leader election), PodDisruptionBudgets that let a drain take
 	// one member or API server at a time, anti-affinity that keeps them on different nodes, the
-	// PriorityClass cluster-provider-control-plane, and memory requests equal to the limits. It
+	// PriorityClass cluster-provider-control-plane (scheduled before workloads, but never
+	// preempting another pod), and memory requests equal to the limits. It
 	// needs storageClassName (a member keeps its data on its claim) and three schedulable nodes.
 	// Recorded per Cluster when it is created: a change applies to new Clusters only. Without it a
 	// control plane is one etcd and one API server: a node drain or loss stops it until its pods
@@ -223,12 +226,12 @@ type HostedBackendConfig struct {
 	ExternalHost string `json:"externalHost,omitempty"`
 
 	// AllowedSourceRanges, when set, are the only client addresses (CIDRs, e.g. 203.0.113.0/24)
-	// from outside the host cluster that reach the API servers; pods of the host cluster still
-	// reach them. LoadBalancer exposure: the Service's loadBalancerSourceRanges; both: the API
-	// server's NetworkPolicy admits port 6443 only from these ranges and the host's pods, and the
-	// external Service keeps the client's address (externalTrafficPolicy Local). It applies to
-	// existing Clusters at once. NodePort exposure needs externalHost with it. Enforced by the
-	// host's CNI (NetworkPolicy) and load balancer.
+	// that reach the API servers; of the host cluster's pods only the operator's own still reach
+	// them (list the host's pod range to admit the others). LoadBalancer exposure: the Service's
+	// loadBalancerSourceRanges; both: the API server's NetworkPolicy admits port 6443 only from
+	// these ranges and the operator's pods, and the external Service keeps the client's address
+	// (externalTrafficPolicy Local). It applies to existing Clusters at once. NodePort exposure
+	// needs externalHost with it. Enforced by the host's CNI (NetworkPolicy) and load balancer.
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=49
 	// +kubebuilder:validation:XValidation:rule="self.all(c, isCIDR(c))",message="spec.hosted.allowedSourceRanges entries must be CIDRs, e.g. 203.0.113.0/24 or 2001:db8::/32"
