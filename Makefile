@@ -81,7 +81,7 @@ test-stress: envtest envtest-prev $(ETCD_LINE_BINS) ## make test on a busy machi
 
 .PHONY: deploy-check
 deploy-check: envtest ## kustomize build every base and overlay of deploy/, server-side dry-run apply against envtest; the hosted host-access policy.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestStateVolume|TestNetworkPolicy|TestOperatorScope|TestOwnedNamespaces|TestSamples|TestKustomizationListsEveryCRD|TestPoliciesTwoAppliers' -v
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test ./deploy/... ./test/api/ -run 'TestKustomizations|TestDeployment|TestStateVolume|TestNetworkPolicy|TestOperatorScope|TestOwnedNamespaces|TestSamples|TestKustomizationListsEveryCRD|TestPoliciesTwoAppliers|TestInitRoleNamesEveryPolicy|TestHostedReads' -v
 
 .PHONY: bench
 bench: envtest ## Run the benchmarks (BENCH, BENCH_PKGS, BENCHTIME; see docs/benchmarks.md).

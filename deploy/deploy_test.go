@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -24,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 
 	"github.com/openmcp-local/cluster-provider/deploy/policy"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
@@ -270,16 +273,20 @@ func excepted(t *testing.T, block *networkingv1.IPBlock, ip string) bool {
 // A field the API server defaults inside an atomic one (matchConstraints) would make them.
 func TestPoliciesTwoAppliers(t *testing.T) {
 	ctx := t.Context()
+	pols, err := policy.Objects()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, u := range pols {
+		names[u.GetKind()+"/"+u.GetName()] = true
+	}
 	var objs []*unstructured.Unstructured
 	for _, o := range build(t, "hosted") {
-		if o.GetName() == "cluster-provider-references" || o.GetName() == "cluster-provider-use-clusters" {
+		if names[o.GetKind()+"/"+o.GetName()] {
 			objs = append(objs, o)
 		}
 	}
-	require.Len(t, objs, 3, "the policy, its binding and the ClusterRole")
+	require.Len(t, objs, len(pols), "every object of deploy/policy is in the deploy/ base")
 	initApply := func() {
-		pols, err := policy.Objects()
-		require.NoError(t, err)
 		for _, u := range pols { // as init applies them
 			require.NoError(t, env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("cluster-provider"), client.ForceOwnership))
 		}
@@ -295,4 +302,32 @@ func TestPoliciesTwoAppliers(t *testing.T) {
 	kubectlApply() // testenv applied them as init does
 	initApply()
 	kubectlApply()
+}
+
+// TestInitRoleNamesEveryPolicy: deploy/rbac/init_role.yaml lets init patch every admission policy
+// and binding of deploy/policy by name (a policy added without its name there fails init).
+func TestInitRoleNamesEveryPolicy(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("rbac", "init_role.yaml"))
+	require.NoError(t, err)
+	role := &rbacv1.ClusterRole{}
+	require.NoError(t, yaml.UnmarshalStrict(data, role))
+	granted := map[string]bool{}
+	for _, r := range role.Rules {
+		if slices.Contains(r.APIGroups, "admissionregistration.k8s.io") && slices.Contains(r.Verbs, "patch") {
+			for _, res := range r.Resources {
+				for _, n := range r.ResourceNames {
+					granted[res+"/"+n] = true
+				}
+			}
+		}
+	}
+	pols, err := policy.Objects()
+	require.NoError(t, err)
+	for _, u := range pols {
+		res := map[string]string{"ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+			"ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings"}[u.GetKind()]
+		if res != "" {
+			assert.True(t, granted[res+"/"+u.GetName()], "init_role.yaml lets init patch %s %s", u.GetKind(), u.GetName())
+		}
+	}
 }
