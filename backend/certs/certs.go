@@ -113,20 +113,29 @@ type Leaf struct {
 	Hosts []string
 	// Usages: client or server authentication, or both.
 	Usages []x509.ExtKeyUsage
+	// Validity, when set, is how long the certificate is valid instead of the CA's Lifetime: a
+	// certificate made for one short task (a Job: its deadline and a margin), issued anew for the
+	// next and never kept (Keep keeps none that is within the Lifetime's RenewBefore of its end).
+	Validity time.Duration
 }
 
-// Issue signs a new certificate for l with a fresh key, valid for the CA's Lifetime.
+// Issue signs a new certificate for l with a fresh key and a new serial number, valid from an hour
+// ago (clocks that differ) for l's Validity, or else the CA's Lifetime.
 func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
 	}
 	now := time.Now()
+	validity := ca.Lifetime.Or().Validity
+	if l.Validity > 0 {
+		validity = l.Validity
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(ca.Lifetime.Or().Validity),
+		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  l.Usages,
 	}

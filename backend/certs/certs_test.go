@@ -3,9 +3,11 @@ package certs
 import (
 	"crypto/x509"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	certutil "k8s.io/client-go/util/cert"
 )
 
 func TestKeep(t *testing.T) {
@@ -43,6 +45,49 @@ func TestKeep(t *testing.T) {
 			assert.Equal(t, tc.want, ca.Keep(tc.cert, tc.key, tc.leaf))
 		})
 	}
+}
+
+// TestIssueValidity: a leaf is valid for the CA's Lifetime unless it says how long itself (a
+// certificate made for one Job); either way from an hour ago, with a serial and key of its own.
+func TestIssueValidity(t *testing.T) {
+	ca, err := NewCA("etcd-ca")
+	require.NoError(t, err)
+	ca.Lifetime = Lifetime{Validity: 48 * time.Hour}
+	client := Leaf{CommonName: "etcd-snapshot", Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	for _, tc := range []struct {
+		name     string
+		validity time.Duration
+		want     time.Duration
+	}{
+		{"the CA's lifetime", 0, 48 * time.Hour},
+		{"its own", 25 * time.Minute, 25 * time.Minute},
+		{"its own, longer than the CA's lifetime", 72 * time.Hour, 72 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := client
+			l.Validity = tc.validity
+			before := time.Now()
+			first, firstKey, err := ca.Issue(l)
+			require.NoError(t, err)
+			second, secondKey, err := ca.Issue(l)
+			require.NoError(t, err)
+			after := time.Now()
+			c := parse(t, first)
+			assert.False(t, c.NotAfter.Before(before.Add(tc.want).Truncate(time.Second)), "ends %s, not before %s", c.NotAfter, before.Add(tc.want))
+			assert.False(t, c.NotAfter.After(after.Add(tc.want)), "ends %s, not after %s", c.NotAfter, after.Add(tc.want))
+			assert.False(t, c.NotBefore.After(before.Add(-time.Hour+time.Second)), "valid from an hour ago: %s", c.NotBefore)
+			assert.NoError(t, c.CheckSignatureFrom(ca.Cert))
+			assert.NotEqual(t, 0, c.SerialNumber.Cmp(parse(t, second).SerialNumber), "a serial of its own")
+			assert.NotEqual(t, firstKey, secondKey, "a key of its own")
+		})
+	}
+}
+
+func parse(t *testing.T, certPEM []byte) *x509.Certificate {
+	t.Helper()
+	c, err := certutil.ParseCertsPEM(certPEM)
+	require.NoError(t, err)
+	return c[0]
 }
 
 func TestParseCA(t *testing.T) {

@@ -29,11 +29,12 @@ import (
 // of its etcd's storage class (snapshots-hcp-…, four times etcd's claim) with the snapshot files
 // (backend/snapshots' layout), a ConfigMap listing them (snapshots-hcp-…, key snapshots.json,
 // what `kubectl get` shows), the encryption keys its snapshots' Secrets are written with
-// (keys-hcp-…, encryption.go; outlives the Cluster too), and the etcd client certificate of its
-// snapshot Jobs (etcd-client-hcp-…, removed with the Cluster). A snapshot is a Job (snapshot-hcp-…) that runs
-// cmd/etcd-snapshot of the control plane's own image: etcdctl streams etcd's database onto the
-// claim, etcdutl reads it whole, its SHA-256 is recorded and the oldest beyond the ProviderConfig's
-// keep are removed; the Job's termination message tells the backend what it did.
+// (keys-hcp-…, encryption.go; outlives the Cluster too). A snapshot is a Job (snapshot-hcp-…) that
+// runs cmd/etcd-snapshot of the control plane's own image with an etcd client certificate made for
+// that Job alone (Secret snapshot-hcp-…, valid for the Job's deadline and a margin, owned by the
+// Job: jobcert.go): etcdctl streams etcd's database onto the claim, etcdutl reads it whole, its
+// SHA-256 is recorded and the oldest beyond the ProviderConfig's keep are removed; the Job's
+// termination message tells the backend what it did, and the Job and its Secret go.
 const (
 	// BackupNamespace holds every hosted control plane's snapshots in a host cluster. Whoever reads
 	// its claims or Secrets reads every Secret of those clusters.
@@ -50,7 +51,8 @@ const (
 	snapshotsMount = "/snapshots"
 	// snapshotDeadline bounds a snapshot Job, its pod's start included.
 	snapshotDeadline = 10 * time.Minute
-	// snapshotUser is the etcd client certificate's name of the snapshot Jobs.
+	// snapshotUser is the name in the etcd client certificates of the snapshot and maintenance
+	// Jobs.
 	snapshotUser = "etcd-snapshot"
 )
 
@@ -60,11 +62,13 @@ var _ backend.Backups = &Backend{}
 const ReasonSnapshotInProgress = backend.ReasonSnapshotInProgress
 
 // backupNames are the names, in BackupNamespace, of what belongs to the control plane in
-// namespace ns.
-type backupNames struct{ claim, catalog, secret, job, maintain, keys string }
+// namespace ns. The snapshot and maintenance Jobs' Secrets are named after them (jobcert.go);
+// shared is the long-lived etcd client certificate earlier versions kept for all of them, deleted
+// when a Job starts and with the Cluster.
+type backupNames struct{ claim, catalog, shared, job, maintain, keys string }
 
 func namesFor(ns string) backupNames {
-	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, secret: "etcd-client-" + ns, job: "snapshot-" + ns, maintain: "maintain-" + ns,
+	return backupNames{claim: "snapshots-" + ns, catalog: "snapshots-" + ns, shared: "etcd-client-" + ns, job: "snapshot-" + ns, maintain: "maintain-" + ns,
 		keys: "keys-" + ns}
 }
 
@@ -97,7 +101,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	if !done {
 		if time.Since(job.CreationTimestamp.Time) > snapshotDeadline+time.Minute {
 			// Its deadline passed long ago and Kubernetes did not end it: end it here.
-			return backend.Snapshot{}, b.endSnapshot(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s did not end within %s", BackupNamespace, names.job, snapshotDeadline))
+			return backend.Snapshot{}, dropJob(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s did not end within %s", BackupNamespace, names.job, snapshotDeadline))
 		}
 		return backend.Snapshot{}, backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s/%s runs", BackupNamespace, names.job)
 	}
@@ -112,14 +116,14 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 		err = errors.New("it ended without a snapshot")
 	}
 	if err != nil {
-		return backend.Snapshot{}, b.endSnapshot(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s failed: %w", BackupNamespace, names.job, err))
+		return backend.Snapshot{}, dropJob(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s failed: %w", BackupNamespace, names.job, err))
 	}
 	res.Snapshot.Namespace = cl.Namespace // the Job does not know it; the catalog records it
 	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
 		return backend.Snapshot{}, err // the Job stays: harvested at the next call
 	}
 	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size)
-	return *res.Snapshot, b.endSnapshot(ctx, h, job, nil)
+	return *res.Snapshot, dropJob(ctx, h, job, nil)
 }
 
 // backupTarget is cl's host, the Spec of its control plane and its version, as recorded; an
@@ -145,26 +149,29 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 	return h, s, ps.Version, nil
 }
 
-// startSnapshot makes what the snapshot Job needs in BackupNamespace and starts it.
+// startSnapshot makes what the snapshot Job needs in BackupNamespace, its certificate among them,
+// and starts it.
 func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version string, keep int) error {
-	if err := b.ensureEtcdClient(ctx, h, s); err != nil {
+	bs := s.backupSpec()
+	job := bs.SnapshotJob(s.Namespace, version, keep)
+	sec, err := b.etcdClientSecret(ctx, h, s, job)
+	if err != nil {
 		return err
 	}
 	if err := keepKeys(ctx, h, s); err != nil {
 		return fmt.Errorf("keeping the encryption keys beside the snapshots: %w", err)
 	}
-	bs := s.backupSpec()
 	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {
 		return err
 	}
-	if err := h.client.Create(ctx, bs.SnapshotJob(s.Namespace, version, keep)); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the snapshot Job: %w", err)
+	if err := startJob(ctx, h, job, sec); err != nil {
+		return fmt.Errorf("starting the snapshot Job: %w", err)
 	}
 	return nil
 }
 
 // etcdCA is the etcd CA of the control plane of s (pki.go's, with the backend's lifetime), which
-// the snapshot Jobs' client certificates and the serves' certificates are issued by.
+// the certificates of the snapshot, maintenance and serve Jobs are issued by (jobcert.go).
 func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*certs.CA, error) {
 	ca, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca")
 	if err != nil {
@@ -172,14 +179,6 @@ func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*certs.CA, erro
 	}
 	ca.Lifetime = b.opts.Certificates
 	return ca, nil
-}
-
-// endSnapshot deletes a snapshot Job that ended (its pod with it) and returns err.
-func (b *Backend) endSnapshot(ctx context.Context, h *host, job *batchv1.Job, err error) error {
-	if derr := h.client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(derr) != nil {
-		return errors.Join(err, fmt.Errorf("deleting Job %s/%s: %w", job.Namespace, job.Name, derr))
-	}
-	return err
 }
 
 // jobEnded reports whether job ended, and why it failed if it did.
@@ -331,7 +330,8 @@ func (s *Spec) SnapshotClaim(ns string) *corev1.PersistentVolumeClaim {
 }
 
 // SnapshotJob is the Job that takes a snapshot of the etcd, of Kubernetes version, in namespace ns
-// onto its claim and keeps the newest keep.
+// onto its claim and keeps the newest keep, with the etcd client certificate in the Secret of its
+// own name.
 func (s *Spec) SnapshotJob(ns, version string, keep int) *batchv1.Job {
 	names := namesFor(ns)
 	const pki = "/etc/etcd/pki"
@@ -354,7 +354,7 @@ func (s *Spec) SnapshotJob(ns, version string, keep int) *batchv1.Job {
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Volumes = append(pod.Volumes,
 		corev1.Volume{Name: "snapshots", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: names.claim}}},
-		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.secret, DefaultMode: ptr.To[int32](0o440)}}})
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.job, DefaultMode: ptr.To[int32](0o440)}}})
 	return &batchv1.Job{
 		TypeMeta:   typeMeta("batch/v1", "Job"),
 		ObjectMeta: s.meta(names.job, ComponentSnapshot),

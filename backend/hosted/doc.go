@@ -54,7 +54,15 @@
 //
 // Snapshots (backup.go) are Jobs of the control plane's own image (cmd/etcd-snapshot) in the host's
 // namespace cluster-provider-backups, onto a claim per Cluster that outlives it; restores
-// (restore.go) serve a snapshot from there to an init container of etcd's pods.
+// (restore.go) serve a snapshot from there to an init container of etcd's pods. The snapshot,
+// maintenance (maintain.go) and serve Jobs each get a certificate of the control plane's etcd CA
+// made for that Job when it starts (jobcert.go): valid for the Job's deadline and 15 minutes,
+// never reused for another Job, in a Secret named after the Job, which the Job owns (the garbage
+// collector deletes it with the Job) and which the backend deletes once it read the Job's result.
+// etcd has no RBAC, so its client certificate is full access to that etcd: none stays in the
+// shared namespace beyond its Job. The year-long client certificate earlier versions kept there
+// for all of a Cluster's Jobs (etcd-client-hcp-…) is deleted when the first Job starts, and with
+// the Cluster.
 //
 // The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
 // when missing or when their inputs (image, resources, storage, service range) change

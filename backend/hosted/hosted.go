@@ -962,13 +962,21 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 }
 
 // gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
-// outlive the Cluster); its snapshot and maintenance Jobs and their etcd credential go.
+// outlive the Cluster); its snapshot, maintenance and serve Jobs and their Secrets (their
+// certificates, the serve's token) go, and so does the long-lived etcd client certificate of
+// an earlier version.
 func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
 	names := namesFor(NamespaceFor(cl.UID))
+	serve := serveName(NamespaceFor(cl.UID))
 	for _, obj := range []client.Object{
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.maintain}},
 		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.job}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.secret}},
+		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.maintain}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.job}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.shared}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
 	} {
 		if err := h.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return false, fmt.Errorf("deleting %T %s/%s: %w", obj, BackupNamespace, obj.GetName(), err)

@@ -863,7 +863,9 @@ func TestHighAvailability(t *testing.T) {
 // runs none: the test ends it as the Job controller and the kubelet would, with the tool's
 // result as the pod's termination message); while it runs Snapshot says SnapshotInProgress; once
 // it ended, the snapshot is listed in its ConfigMap, those it removed are not, and the Job goes.
-// A failed Job is an error that says why; a control plane on an emptyDir has no snapshots.
+// A failed Job is an error that says why; a control plane on an emptyDir has no snapshots. Each
+// Job has an etcd client certificate made for it (valid for its deadline and a margin, in a
+// Secret it owns) that goes with it; the long-lived one of an earlier version goes at the first.
 func TestSnapshotJobs(t *testing.T) {
 	h := startBackend(t)
 	ctx := t.Context()
@@ -879,9 +881,11 @@ func TestSnapshotJobs(t *testing.T) {
 	h.ensure(t, cl)
 	ns := NamespaceFor(cl.UID)
 	names := namesFor(ns)
+	sharedCredential(t, h, ns)
 	_, err = h.b.Snapshot(ctx, cl, 3)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
+	assert.Equal(t, int64(snapshotDeadline.Seconds()), *job.Spec.ActiveDeadlineSeconds)
 	ctr := job.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, image1, ctr.Image, "the control plane's own image runs it")
 	assert.Equal(t, []string{"/usr/local/bin/etcd-snapshot"}, ctr.Command)
@@ -892,10 +896,10 @@ func TestSnapshotJobs(t *testing.T) {
 	claim := get(t, &corev1.PersistentVolumeClaim{}, BackupNamespace, names.claim)
 	assert.Equal(t, "standard", *claim.Spec.StorageClassName)
 	assert.Equal(t, "4Gi", ptrTo(claim.Spec.Resources.Requests[corev1.ResourceStorage]).String())
-	sec := get(t, &corev1.Secret{}, BackupNamespace, names.secret)
-	leaf, err := certutil.ParseCertsPEM(sec.Data["tls.crt"])
-	require.NoError(t, err)
-	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, leaf[0].ExtKeyUsage)
+	firstCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
+	assert.Equal(t, snapshotUser, firstCert.Subject.CommonName)
+	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, firstCert.ExtKeyUsage)
+	assertNoSecret(t, names.shared, "the long-lived certificate of an earlier version is replaced by the Job's own")
 	np := get(t, &networkingv1.NetworkPolicy{}, ns, NameEtcd)
 	found := false
 	for _, r := range np.Spec.Ingress {
@@ -931,6 +935,7 @@ func TestSnapshotJobs(t *testing.T) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: names.job}, j)
 		return apierrors.IsNotFound(err) || j.DeletionTimestamp != nil
 	}, 10*time.Second, 20*time.Millisecond, "the Job goes once harvested")
+	assertNoSecret(t, names.job, "its certificate goes with it")
 	list, err := h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
 	assert.Equal(t, []backend.Snapshot{first}, list)
@@ -941,6 +946,10 @@ func TestSnapshotJobs(t *testing.T) {
 	forceGone(t, names.job)
 	_, err = h.b.Snapshot(ctx, cl, 1)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	job = get(t, &batchv1.Job{}, BackupNamespace, names.job)
+	secondCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
+	assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
+	assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
 	second := taken("20261126T020000Z")
 	end(batchv1.JobComplete, result(second, first.Name))
 	second.Namespace = cl.Namespace
@@ -957,20 +966,26 @@ func TestSnapshotJobs(t *testing.T) {
 	_, err = h.b.Snapshot(ctx, cl, 1)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
+	assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")
 	list, err = h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
 	assert.Equal(t, []backend.Snapshot{second}, list, "a failure changes no list")
 
 	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was):
-	// Delete removes its snapshot credential; the snapshots of every Cluster stay.
+	// Delete removes its Jobs' credentials (and an earlier version's); the snapshots of every
+	// Cluster stay.
 	ghost := newCluster("ghost")
-	cred := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(NamespaceFor(ghost.UID)).secret}}
-	require.NoError(t, env.Client.Create(ctx, cred))
+	ghostNames := namesFor(NamespaceFor(ghost.UID))
+	creds := []string{ghostNames.shared, ghostNames.job, ghostNames.maintain, serveName(NamespaceFor(ghost.UID))}
+	for _, name := range creds {
+		require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}}))
+	}
 	gone, err := h.b.Delete(ctx, ghost)
 	require.NoError(t, err)
 	assert.True(t, gone)
-	err = env.Client.Get(ctx, client.ObjectKeyFromObject(cred), &corev1.Secret{})
-	assert.True(t, apierrors.IsNotFound(err), "the credential goes with its Cluster: %v", err)
+	for _, name := range creds {
+		assertNoSecret(t, name, "the credential goes with its Cluster")
+	}
 	get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
 }
 
@@ -1027,10 +1042,11 @@ func forceGone(t *testing.T, name string) {
 
 // TestRestoreSteps: a restore names a snapshot of the Cluster's own list (others are refused,
 // nothing changed); it is recorded and starts with a serve of the snapshot in BackupNamespace
-// (its Service, its token in both namespaces, etcd's NetworkPolicy lets etcd reach it); a serve
-// that refuses the snapshot (envtest runs no pod: the test ends the Job as Kubernetes would) ends
-// the restore with Restored.Failed, nothing changed and the serve gone. A new Cluster whose
-// restore-from names no snapshot is refused before anything is made.
+// (its Service, its token in both namespaces, a certificate made for its Job, etcd's
+// NetworkPolicy lets etcd reach it); a serve that refuses the snapshot (envtest runs no pod: the
+// test ends the Job as Kubernetes would) ends the restore with Restored.Failed, nothing changed
+// and the serve gone, its certificate with it. A new Cluster whose restore-from names no snapshot
+// is refused before anything is made.
 func TestRestoreSteps(t *testing.T) {
 	h := startBackend(t)
 	ctx := t.Context()
@@ -1079,6 +1095,8 @@ func TestRestoreSteps(t *testing.T) {
 	assert.Equal(t, namesFor(ns).claim, job.Spec.Template.Spec.Volumes[len(job.Spec.Template.Spec.Volumes)-2].PersistentVolumeClaim.ClaimName, "the claim of the snapshot's Cluster")
 	get(t, &corev1.Service{}, BackupNamespace, name)
 	serveSecret := get(t, &corev1.Secret{}, BackupNamespace, name)
+	serveCert := jobCert(t, job, "serve", ns, x509.ExtKeyUsageServerAuth)
+	assert.NoError(t, serveCert.VerifyHostname(name+"."+BackupNamespace+".svc"), "what the etcd pods dial")
 	token := get(t, &corev1.Secret{}, ns, SecretRestoreToken)
 	assert.Equal(t, serveSecret.Data["token"], token.Data["token"])
 	assert.Len(t, token.Data["token"], 64)
@@ -1111,6 +1129,7 @@ func TestRestoreSteps(t *testing.T) {
 	assert.Empty(t, rec.EtcdDataDir, "etcd keeps its data folder")
 	err = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretRestoreToken}, &corev1.Secret{})
 	assert.True(t, apierrors.IsNotFound(err), "the token goes with the serve: %v", err)
+	assertNoSecret(t, name, "the serve's certificate and token go with it")
 	assert.Empty(t, get(t, &appsv1.StatefulSet{}, ns, NameEtcd).Spec.Template.Spec.InitContainers)
 
 	// A new Cluster from a snapshot that does not exist: refused, nothing made.

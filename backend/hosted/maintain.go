@@ -2,7 +2,6 @@ package hosted
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -18,15 +17,14 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
-	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
 )
 
 // A hosted control plane's etcd is kept healthy by maintenance Jobs (maintain-hcp-… in
-// BackupNamespace, with the snapshot Jobs' etcd client certificate) that run cmd/etcd-snapshot
-// maintain, backend/etcdmaint's pass, over its members: a full etcd (NOSPACE) is compacted,
-// defragmented member by member and disarmed once below its quota; every maintainEvery, fragmented
-// members are defragmented, one at a time and only while all answer. The report (the Job's
+// BackupNamespace, each with an etcd client certificate made for it: jobcert.go) that run
+// cmd/etcd-snapshot maintain, backend/etcdmaint's pass, over its members: a full etcd (NOSPACE) is
+// compacted, defragmented member by member and disarmed once below its quota; every maintainEvery,
+// fragmented members are defragmented, one at a time and only while all answer. The report (the Job's
 // termination message) is recorded (providerStatus.Etcd) and is the Cluster's EtcdHealthy
 // condition. A Job runs:
 //
@@ -157,7 +155,7 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 	if err := writeRecord(ctx, h, s, *ps); err != nil {
 		return 0, err // the Job stays: harvested at the next call
 	}
-	return 0, b.endSnapshot(ctx, h, job, nil)
+	return 0, dropJob(ctx, h, job, nil)
 }
 
 // maintenanceDue reports whether a maintenance Job is due now, whether it is the periodic one,
@@ -239,42 +237,27 @@ func started(p corev1.Pod, container string) bool {
 // annotationPeriodic marks the maintenance Job of the periodic pass.
 const annotationPeriodic = "hosted.clusters.openmcp.cloud/periodic"
 
-// startMaintenance makes what a maintenance Job needs in BackupNamespace and starts it.
+// startMaintenance makes what a maintenance Job needs in BackupNamespace, its certificate among
+// them, and starts it.
 func (b *Backend) startMaintenance(ctx context.Context, h *host, s *Spec, ps *providerStatus, periodic bool) error {
-	if err := b.ensureEtcdClient(ctx, h, s); err != nil {
-		return err
-	}
 	var freedAt int64
 	if ps.Etcd != nil {
 		freedAt = ps.Etcd.FreedAt
 	}
 	job := s.backupSpec().MaintenanceJob(s, periodic, freedAt)
-	if err := h.client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating the etcd maintenance Job: %w", err)
+	sec, err := b.etcdClientSecret(ctx, h, s, job)
+	if err != nil {
+		return err
+	}
+	if err := startJob(ctx, h, job, sec); err != nil {
+		return fmt.Errorf("starting the etcd maintenance Job: %w", err)
 	}
 	return nil
 }
 
-// ensureEtcdClient makes BackupNamespace, its NetworkPolicy, and the etcd client certificate of
-// s's snapshot and maintenance Jobs there.
-func (b *Backend) ensureEtcdClient(ctx context.Context, h *host, s *Spec) error {
-	bs := s.backupSpec()
-	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy()} {
-		if err := h.apply(ctx, obj); err != nil {
-			return err
-		}
-	}
-	ca, err := b.etcdCA(ctx, h, s)
-	if err != nil {
-		return err
-	}
-	_, _, err = ensureLeaf(ctx, h.client, bs, namesFor(s.Namespace).secret, ca,
-		certs.Leaf{CommonName: snapshotUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-	return err
-}
-
 // MaintenanceJob is the Job (in BackupNamespace: s is a backupSpec) of one maintenance pass over
-// the etcd members of cp's control plane.
+// the etcd members of cp's control plane, with the etcd client certificate in the Secret of its
+// own name.
 func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.Job {
 	names := namesFor(cp.Namespace)
 	const pki = "/etc/etcd/pki"
@@ -303,7 +286,7 @@ func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.J
 	}})
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Volumes = append(pod.Volumes,
-		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.secret, DefaultMode: ptr.To[int32](0o440)}}})
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.maintain, DefaultMode: ptr.To[int32](0o440)}}})
 	m := s.meta(names.maintain, ComponentMaintain)
 	m.Annotations[annotationPeriodic] = strconv.FormatBool(periodic)
 	return &batchv1.Job{

@@ -1,6 +1,7 @@
 package hosted
 
 import (
+	"crypto/x509"
 	"encoding/json"
 	"testing"
 	"time"
@@ -46,8 +47,8 @@ func report(t *testing.T, r etcdmaint.Report) string {
 }
 
 // TestEtcdMaintenance: once a control plane serves, a maintenance Job checks its etcd (the
-// control plane's image, its etcd client certificate, every member, etcd's NetworkPolicy lets it
-// in) and its report is the EtcdHealthy part; a full etcd is not Ready (EtcdNoSpace), and is
+// control plane's image, an etcd client certificate made for that Job, every member, etcd's
+// NetworkPolicy lets it in) and its report is the EtcdHealthy part; a full etcd is not Ready (EtcdNoSpace), and is
 // checked again a minute later until the alarm is gone; an etcd member that runs but is not ready
 // is checked too; every six hours a pass defragments; a Job that fails changes nothing it knew,
 // and the next waits twice as long.
@@ -63,6 +64,7 @@ func TestEtcdMaintenance(t *testing.T) {
 		require.Error(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, &batchv1.Job{}), msg)
 	}
 	assertNoJob("no Job before the control plane serves")
+	sharedCredential(t, h, ns)
 	h.etcdUp(t, cl)
 	rolledOutNow(t, cl)
 	s = h.ensure(t, cl)
@@ -85,7 +87,10 @@ func TestEtcdMaintenance(t *testing.T) {
 		}
 	}
 	assert.True(t, admitted, "etcd's NetworkPolicy lets the maintenance Job in")
-	get(t, &corev1.Secret{}, BackupNamespace, namesFor(ns).secret)
+	assert.Equal(t, int64(maintainDeadline.Seconds()), *job.Spec.ActiveDeadlineSeconds)
+	firstCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
+	assert.Equal(t, snapshotUser, firstCert.Subject.CommonName)
+	assertNoSecret(t, namesFor(ns).shared, "the long-lived certificate of an earlier version is replaced by the Job's own")
 	assert.LessOrEqual(t, s.RetryAfter, 5*time.Second, "looked at again soon")
 
 	// The report is the EtcdHealthy part, and the recorded state.
@@ -96,6 +101,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	assert.True(t, s.Etcd.Ready)
 	assert.Equal(t, "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.", s.Etcd.Message)
 	assert.Equal(t, int64(3<<20), record(t, cl).Etcd.DBSize)
+	assertNoSecret(t, name, "the Job's certificate goes once its report is read")
 	forceGone(t, name)
 	s = h.ensure(t, cl)
 	assertNoJob("none due")
@@ -105,6 +111,9 @@ func TestEtcdMaintenance(t *testing.T) {
 	// every member is ready and a minute has passed since the last Job, not six hours later.
 	backdate(t, cl, maintainEvery+time.Minute)
 	h.ensure(t, cl)
+	secondCert := jobCert(t, get(t, &batchv1.Job{}, BackupNamespace, name), "pki", ns, x509.ExtKeyUsageClientAuth)
+	assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
+	assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
 	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", Error: "context deadline exceeded"}},
 		Message: "etcd takes writes: its database is 0.0 MiB of its 1024.0 MiB quota; member etcd-0 does not answer."}))
 	s = h.ensure(t, cl)
@@ -176,6 +185,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	require.NotNil(t, s.Etcd)
 	assert.False(t, s.Etcd.Ready, "still full, as far as is known")
 	assert.Equal(t, 1, record(t, cl).Etcd.Failures)
+	assertNoSecret(t, name, "a failed Job's certificate goes too")
 	forceGone(t, name)
 	backdate(t, cl, 90*time.Second)
 	h.ensure(t, cl)
@@ -217,4 +227,5 @@ func TestEtcdMaintenance(t *testing.T) {
 		err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, j)
 		return err != nil || j.DeletionTimestamp != nil
 	}, 10*time.Second, 50*time.Millisecond, "the Job goes with its Cluster")
+	assertNoSecret(t, name, "and its certificate")
 }

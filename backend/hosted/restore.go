@@ -291,7 +291,8 @@ func serveURL(ns string) string {
 
 // ensureServe makes the serve of run's snapshot for the control plane of s: the token (in
 // BackupNamespace for the serve, in the control plane's namespace for its etcd pods), the serve's
-// certificate (of the control plane's etcd CA, which its etcd pods trust), its Service and Job.
+// certificate (of the control plane's etcd CA, which its etcd pods trust; made for this Job and
+// valid for its deadline and a margin: jobcert.go), its Service and Job.
 func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restoreRun) (*batchv1.Job, error) {
 	name := serveName(s.Namespace)
 	job := &batchv1.Job{}
@@ -316,26 +317,24 @@ func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restor
 	if err != nil {
 		return nil, err
 	}
-	cert, key, err := ca.Issue(certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	job = bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
+	cert, key, err := ca.Issue(certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Validity: jobCertValidity(job)})
 	if err != nil {
 		return nil, err
 	}
-	// Made anew for each serve: a token of an earlier restore is worth nothing.
-	for _, sec := range []*corev1.Secret{
-		{ObjectMeta: bs.meta(name, ComponentServe), Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "token": tok}},
-		{ObjectMeta: s.meta(SecretRestoreToken, ComponentEtcd), Data: map[string][]byte{"token": tok}},
-	} {
-		sec.TypeMeta = typeMeta("v1", "Secret")
-		if err := h.client.Delete(ctx, sec); client.IgnoreNotFound(err) != nil {
-			return nil, err
-		}
-		if err := h.client.Create(ctx, sec); err != nil {
-			return nil, fmt.Errorf("creating Secret %s/%s: %w", sec.Namespace, sec.Name, err)
-		}
+	// Made anew for each serve: a token of an earlier restore is worth nothing. The etcd pods'
+	// copy is in another namespace than the Job, so it cannot be the Job's: endServe deletes it.
+	etcdCopy := &corev1.Secret{TypeMeta: typeMeta("v1", "Secret"), ObjectMeta: s.meta(SecretRestoreToken, ComponentEtcd), Data: map[string][]byte{"token": tok}}
+	if err := h.client.Delete(ctx, etcdCopy); client.IgnoreNotFound(err) != nil {
+		return nil, err
 	}
-	job = bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
-	if err := h.client.Create(ctx, job); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("creating the snapshot serve Job: %w", err)
+	if err := h.client.Create(ctx, etcdCopy); err != nil {
+		return nil, fmt.Errorf("creating Secret %s/%s: %w", etcdCopy.Namespace, etcdCopy.Name, err)
+	}
+	sec := &corev1.Secret{ObjectMeta: bs.meta(name, ComponentServe), Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "token": tok}}
+	if err := startJob(ctx, h, job, sec); err != nil {
+		return nil, fmt.Errorf("starting the snapshot serve Job: %w", err)
 	}
 	return job, nil
 }

@@ -107,10 +107,12 @@ func TestHostedBackupOnKind(t *testing.T) {
 	gone = true
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: names}, &corev1.ConfigMap{}), "the list stays")
 	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: names}, &corev1.PersistentVolumeClaim{}), "the claim stays")
-	require.Eventually(t, func() bool {
-		err := c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: "etcd-client-" + hosted.NamespaceFor(cl.UID)}, &corev1.Secret{})
-		return apierrors.IsNotFound(err)
-	}, time.Minute, poll, "the snapshot Jobs' etcd certificate goes with the Cluster")
+	for _, name := range []string{"snapshot-", "maintain-", "etcd-client-"} {
+		require.Eventually(t, func() bool {
+			err := c.Get(ctx, client.ObjectKey{Namespace: hosted.BackupNamespace, Name: name + hosted.NamespaceFor(cl.UID)}, &corev1.Secret{})
+			return apierrors.IsNotFound(err)
+		}, time.Minute, poll, "the etcd certificates of the Cluster's Jobs (%s…) go with the Cluster", name)
+	}
 }
 
 // TestHostedRestoreDrill is the restore drill of a hosted control plane on the kind platform
