@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,19 +40,24 @@ func TestHostedScopeOnKind(t *testing.T) {
 	require.NoError(t, c.List(ctx, pods, client.InNamespace("kube-system")))
 	require.NotEmpty(t, pods.Items)
 	systemPod := pods.Items[0].Name
-	// A namespace of the operator's (made as the administrator, labelled as the operator labels
-	// its own), to try what it must not do even there.
-	owned := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hcp-scope-check", Labels: map[string]string{
-		hosted.LabelManagedBy: hosted.ManagedBy, "pod-security.kubernetes.io/enforce": "restricted"}}}
-	require.NoError(t, client.IgnoreAlreadyExists(c.Create(ctx, owned)))
-	t.Cleanup(func() { _ = c.Delete(context.Background(), owned) })
-
 	kubectl := func(stdin string, args ...string) (string, error) {
 		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", kubeconfig, "--as", sa}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
+	// A namespace of the operator's, to try what it must not do even there. Only the operator
+	// makes one: the platform's administrator (kind's, a cluster-admin outside system:masters) is
+	// refused, and makes it as the operator (impersonation, the break-glass path).
+	owned := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hcp-scope-check", Labels: map[string]string{
+		hosted.LabelManagedBy: hosted.ManagedBy, "pod-security.kubernetes.io/enforce": "restricted"}}}
+	err := c.Create(ctx, owned.DeepCopy())
+	require.True(t, apierrors.IsForbidden(err), "the administrator makes an hcp-* namespace: %v", err)
+	assert.Contains(t, err.Error(), "are made by the cluster-provider operator only")
+	out, err := kubectl(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"`+owned.Name+`",
+"labels":{"app.kubernetes.io/managed-by":"cluster-provider-hosted","pod-security.kubernetes.io/enforce":"restricted"}}}`, "create", "-f", "-")
+	require.True(t, err == nil || strings.Contains(out, "AlreadyExists"), "%s", out)
+	t.Cleanup(func() { _ = c.Delete(context.Background(), owned) })
 	apply := func(manifest string) func() (string, error) {
 		return func() (string, error) { return kubectl(manifest, "create", "--dry-run=server", "-f", "-") }
 	}
@@ -121,7 +127,7 @@ func TestHostedScopeOnKind(t *testing.T) {
 	}
 
 	// Its own namespaces stay writable: a new control plane's namespace, with its labels.
-	out, err := apply(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"hcp-scope-new",
+	out, err = apply(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"hcp-scope-new",
 "labels":{"app.kubernetes.io/managed-by":"cluster-provider-hosted","pod-security.kubernetes.io/enforce":"restricted"}}}`)()
 	require.NoError(t, err, "%s", out)
 }
