@@ -112,6 +112,14 @@ func labelled(base map[string]string, key, value string) map[string]string {
 	return out
 }
 
+// keyWrapping is the hosted backend's Secret with the key that wraps the keys kept beside the
+// snapshots, in namespace ns.
+func keyWrapping(ns string) *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cluster-provider-key-wrapping",
+		Labels: map[string]string{"app.kubernetes.io/managed-by": "cluster-provider-hosted"}},
+		Type: corev1.SecretTypeOpaque, Immutable: ptr.To(true), Data: map[string][]byte{"key": make([]byte, 32)}}
+}
+
 // scopeCase is one write the operator's identity tries, with whether it is allowed.
 type scopeCase struct {
 	what    string
@@ -176,6 +184,9 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 		}, true},
 		{"create its leader-election Lease in its own namespace", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: "local.cluster-provider.openmcp.cloud"}}, dry)
+		}, true},
+		{"create the hosted backend's key-wrapping Secret in its own namespace", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, keyWrapping(own), dry)
 		}, true},
 
 		// What it must not do.
@@ -277,6 +288,22 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 		}, false},
 		{"delete a user's Secret", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Delete(ctx, f.userSecret.DeepCopy(), dry)
+		}, false},
+		{"create another Secret in its own namespace", func(op client.Client, _ kubernetes.Interface) error {
+			sec := keyWrapping(own)
+			sec.Name = "cluster-provider-key-wrapping-2"
+			return op.Create(ctx, sec, dry)
+		}, false},
+		{"create the key-wrapping Secret in a user's namespace", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, keyWrapping(f.user), dry)
+		}, false},
+		{"delete its key-wrapping Secret (every kept key wrapped with it would be lost)", func(op client.Client, _ kubernetes.Interface) error {
+			sec := keyWrapping(own)
+			if err := env.Client.Create(ctx, sec.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			defer func() { _ = env.Client.Delete(context.Background(), sec.DeepCopy()) }()
+			return op.Delete(ctx, sec, dry)
 		}, false},
 		{"create a Lease in kube-system", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-scheduler-x"}}, dry)

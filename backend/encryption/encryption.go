@@ -13,6 +13,11 @@
 // Where two API servers of one cluster run at once (the hosted backend's blue/green rollouts and
 // highly available control planes), a new key is Staged first: every API server reads with it
 // before any writes with it, so none meets a Secret it cannot read.
+//
+// Beside a cluster's snapshots the backends keep the keys they need (Kept: per snapshot, the keys
+// it needs, Mark; plus the keys the cluster uses, InUse), stored only wrapped with a WrappingKey
+// that is kept where the snapshots are not (wrap.go); the keys nothing needs any more are removed
+// (Kept.Settle), never one a snapshot of unknown needs might read.
 package encryption
 
 import (

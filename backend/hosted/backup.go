@@ -122,6 +122,10 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
 		return backend.Snapshot{}, err // the Job stays: harvested at the next call
 	}
+	if err := b.recordKeys(ctx, h, s, res.Snapshot.Name, job); err != nil {
+		// The Job stays: harvested again. Until then the snapshot counts as needing every key.
+		return backend.Snapshot{}, fmt.Errorf("recording the encryption keys snapshot %s needs: %w", res.Snapshot.Name, err)
+	}
 	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size)
 	return *res.Snapshot, dropJob(ctx, h, job, nil)
 }
@@ -158,12 +162,18 @@ func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version s
 	if err != nil {
 		return err
 	}
-	if err := keepKeys(ctx, h, s); err != nil {
-		return fmt.Errorf("keeping the encryption keys beside the snapshots: %w", err)
+	mark, err := b.keepKeys(ctx, h, s)
+	if err != nil {
+		return fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot started): %w", err)
 	}
 	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {
 		return err
 	}
+	seen, err := json.Marshal(mark)
+	if err != nil {
+		return err
+	}
+	job.Annotations[AnnotationSnapshotKeys] = string(seen)
 	if err := startJob(ctx, h, job, sec); err != nil {
 		return fmt.Errorf("starting the snapshot Job: %w", err)
 	}

@@ -37,7 +37,7 @@
 //   - the ConfigMap control-plane-record (NameRecord): what the control plane was made with, and
 //     a restore under way;
 //   - Secret encryption (encryption.go): the keys the API servers encrypt Secrets with at rest,
-//     staged before they write, kept beside the snapshots;
+//     staged before they write; those the snapshots need are kept beside them, wrapped;
 //   - unless the ProviderConfig turns audit logs off, the ConfigMap audit-policy, the API server's
 //     audit log on a capped volume and the sidecar that streams it (cmd/audit-log).
 //
@@ -63,6 +63,10 @@
 // shared namespace beyond its Job. The year-long client certificate earlier versions kept there
 // for all of a Cluster's Jobs (etcd-client-hcp-…) is deleted when the first Job starts, and with
 // the Cluster.
+// The encryption keys a Cluster's snapshots need are kept there too (Secret keys-hcp-…), stored only
+// wrapped with the key in Secret cluster-provider-key-wrapping of the operator's own namespace in
+// the platform (Options.Namespace; made once, never replaced, never beside the snapshots nor on a
+// seed), and pruned to what the listed snapshots need and the control plane uses (encryption.go).
 //
 // The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
 // when missing or when their inputs (image, resources, storage, service range) change

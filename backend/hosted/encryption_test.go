@@ -1,8 +1,12 @@
 package hosted
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -10,8 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
@@ -182,12 +189,14 @@ func TestEncryptionKeys(t *testing.T) {
 		require.NoError(t, err)
 		s := &Spec{Namespace: ns, Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID}}
 		require.NoError(t, hst.createIfMissing(t.Context(), s.backupSpec().BackupNamespaceObject()))
-		require.NoError(t, keepKeys(t.Context(), hst, s))
-		now, _ := keysIn(t, ns)
-		kept, found, err := readKeys(t.Context(), env.Client, BackupNamespace, namesFor(ns).keys)
+		_, err = h.b.keepKeys(t.Context(), hst, s)
 		require.NoError(t, err)
-		require.True(t, found)
-		assert.Equal(t, now.Keys, kept.Keys)
+		now, _ := keysIn(t, ns)
+		kept, err := h.b.readKept(t.Context(), hst, ns, cl.UID)
+		require.NoError(t, err)
+		require.True(t, kept.found)
+		assert.Equal(t, []string{now.Writer()}, kept.Names(), "the key in use; the one before it no snapshot needs")
+		assertNoKeyIn(t, get(t, &corev1.Secret{}, BackupNamespace, namesFor(ns).keys).Data, now.Keys)
 	})
 
 	t.Run("damaged keys are left as they are", func(t *testing.T) {
@@ -211,5 +220,202 @@ func TestEncryptionKeys(t *testing.T) {
 		sec.ResourceVersion, sec.Data = "", good
 		require.NoError(t, env.Client.Create(t.Context(), sec))
 		h.ensure(t, cl)
+	})
+}
+
+// assertNoKeyIn checks that data (a Secret's) holds none of keys in any form.
+func assertNoKeyIn(t *testing.T, data map[string][]byte, keys []encryption.Key) {
+	t.Helper()
+	for name, v := range data {
+		for _, k := range keys {
+			for _, form := range [][]byte{k.Secret, []byte(base64.StdEncoding.EncodeToString(k.Secret)), []byte(hex.EncodeToString(k.Secret))} {
+				assert.False(t, bytes.Contains(v, form), "key %s is in %s", k.Name, name)
+			}
+		}
+	}
+}
+
+// TestKeysKeptWrapped: the keys kept beside a control plane's snapshots are stored wrapped only,
+// with a key in a Secret of the operator's own namespace; a plain copy of an earlier release is
+// read and written wrapped; each snapshot records the keys it needs, and a key no snapshot needs
+// and the control plane does not use is removed (none while a snapshot of an earlier release is
+// listed); a restore reads the snapshot's keys; a wrapping key that does not read is refused and
+// changes nothing; a deleted Cluster's keys go with its last snapshot.
+func TestKeysKeptWrapped(t *testing.T) {
+	h := startBackend(t)
+	own := h.b.opts.Namespace // one for every test: BackupNamespace records the key its copies need
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	ctx := t.Context()
+	cl := newCluster("kept")
+	h.ensure(t, cl)
+	ns := NamespaceFor(cl.UID)
+	names := namesFor(ns)
+	hst, err := h.b.hostFor(ctx, nil)
+	require.NoError(t, err)
+	s := &Spec{Namespace: ns, Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID}}
+	require.NoError(t, hst.apply(ctx, s.BackupNamespaceObject()))
+
+	var k [3]encryption.Key
+	for i := range k {
+		k[i], err = encryption.NewKey(time.Now().Add(time.Duration(i) * time.Second))
+		require.NoError(t, err)
+	}
+	// setKeys sets the control plane's keys, as its reconciles would have.
+	setKeys := func(st encryption.State) {
+		t.Helper()
+		sec := get(t, &corev1.Secret{}, ns, SecretEncryption)
+		data, err := keysData(st)
+		require.NoError(t, err)
+		sec.Data = data
+		require.NoError(t, env.Client.Update(ctx, sec))
+	}
+	keptNames := func() []string {
+		t.Helper()
+		kept, err := h.b.readKept(ctx, hst, ns, cl.UID)
+		require.NoError(t, err)
+		require.True(t, kept.found)
+		return kept.Names()
+	}
+	taken := func(name string) backend.Snapshot {
+		return backend.Snapshot{Name: name, Cluster: cl.UID, Namespace: cl.Namespace, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
+	}
+	result := func(snap backend.Snapshot, removed ...string) string {
+		data, err := json.Marshal(snapshotResult{Snapshot: &snap, Removed: removed})
+		require.NoError(t, err)
+		return string(data)
+	}
+	setKeys(encryption.State{Keys: []encryption.Key{k[1], k[0]}, Migrated: k[1].Name}) // k1 writes, every Secret rewritten
+
+	// As an earlier release left them: a snapshot listed without a record of the keys it needs,
+	// and the keys beside it in plain text.
+	earlier := taken("20261120T000000Z")
+	require.NoError(t, updateCatalog(ctx, hst, s, earlier, nil))
+	plain, err := json.Marshal(encryption.State{Keys: []encryption.Key{k[1], k[0]}})
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: s.backupSpec().meta(names.keys, ""), Data: map[string][]byte{encryption.StateFile: plain}}))
+
+	// A snapshot's start keeps the keys wrapped; the wrapping key is in the operator's namespace.
+	_, err = h.b.Snapshot(ctx, cl, 3)
+	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	kept := get(t, &corev1.Secret{}, BackupNamespace, names.keys)
+	assert.Equal(t, []string{encryption.KeptFile}, slices.Collect(maps.Keys(kept.Data)), "the plain copy is gone")
+	assertNoKeyIn(t, kept.Data, k[:])
+	assert.ElementsMatch(t, []string{k[0].Name, k[1].Name}, keptNames(), "read from the plain copy; the earlier snapshot may need any")
+	wrapping := get(t, &corev1.Secret{}, own, KeyWrappingSecret)
+	assert.Len(t, wrapping.Data[keyWrappingData], encryption.WrappingKeySize)
+	assert.Equal(t, ManagedBy, wrapping.Labels[LabelManagedBy])
+	assert.True(t, ptr.Deref(wrapping.Immutable, false), "never replaced")
+	for _, where := range []string{BackupNamespace, ns} {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: where, Name: KeyWrappingSecret}, &corev1.Secret{})
+		assert.True(t, apierrors.IsNotFound(err), "never beside the snapshots or the control plane: %v", err)
+	}
+	assert.NotEmpty(t, get(t, &batchv1.Job{}, BackupNamespace, names.job).Annotations[AnnotationSnapshotKeys], "the Job carries what its start saw")
+
+	first := taken("20261126T010000Z")
+	endJob(t, names.job, batchv1.JobComplete, result(first))
+	_, err = h.b.Snapshot(ctx, cl, 3)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{k[0].Name, k[1].Name}, keptNames(), "the earlier snapshot is listed: nothing goes")
+
+	// Rotated: k2 writes, every Secret rewritten with it. The next snapshot's Job removes the
+	// earlier one (keep 2): k0, which no snapshot needs and the control plane does not use, goes;
+	// k1 stays for the first snapshot.
+	setKeys(encryption.State{Keys: []encryption.Key{k[2], k[1], k[0]}, Migrated: k[2].Name})
+	forceGone(t, names.job)
+	_, err = h.b.Snapshot(ctx, cl, 2)
+	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	second := taken("20261126T020000Z")
+	endJob(t, names.job, batchv1.JobComplete, result(second, earlier.Name))
+	_, err = h.b.Snapshot(ctx, cl, 2)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{k[1].Name, k[2].Name}, keptNames())
+	assertNoKeyIn(t, get(t, &corev1.Secret{}, BackupNamespace, names.keys).Data, k[:])
+
+	// A new Cluster from the first snapshot reads with its key.
+	first.Namespace = cl.Namespace
+	copyOf := newCluster("kept-copy")
+	copyOf.Annotations = map[string]string{backend.AnnotationRestoreFrom: first.Ref()}
+	h.ensure(t, copyOf)
+	adopted, _ := keysIn(t, NamespaceFor(copyOf.UID))
+	assert.Contains(t, encryption.FromState(adopted).Names(), k[1].Name, "the snapshot's key is adopted")
+
+	t.Run("a wrapping key that does not read is refused and changes nothing", func(t *testing.T) {
+		good := get(t, &corev1.Secret{}, own, KeyWrappingSecret)
+		require.NoError(t, env.Client.Delete(ctx, good))
+		garbled := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: KeyWrappingSecret}, Data: map[string][]byte{keyWrappingData: []byte("garbled")}}
+		require.NoError(t, env.Client.Create(ctx, garbled))
+		before := get(t, &corev1.Secret{}, BackupNamespace, names.keys).ResourceVersion
+		forceGone(t, names.job)
+		_, err := h.b.Snapshot(ctx, cl, 2)
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+		assert.Contains(t, err.Error(), own+"/"+KeyWrappingSecret)
+		assert.Contains(t, err.Error(), "never replaced")
+		assert.Equal(t, before, get(t, &corev1.Secret{}, BackupNamespace, names.keys).ResourceVersion, "the kept keys unchanged")
+		assert.Equal(t, "garbled", string(get(t, &corev1.Secret{}, own, KeyWrappingSecret).Data[keyWrappingData]), "left as it is")
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: names.job}, &batchv1.Job{})
+		assert.True(t, apierrors.IsNotFound(err), "no snapshot started: %v", err)
+
+		again := newCluster("kept-copy-2")
+		again.Annotations = map[string]string{backend.AnnotationRestoreFrom: first.Ref()}
+		_, err = h.b.Ensure(ctx, again, backend.Want{Version: "1.37.1"})
+		require.Error(t, err, "a restore does not go on without the snapshot's keys")
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+
+		require.NoError(t, env.Client.Delete(ctx, garbled))
+		good.ResourceVersion, good.UID = "", ""
+		require.NoError(t, env.Client.Create(ctx, good))
+		assert.ElementsMatch(t, []string{k[1].Name, k[2].Name}, keptNames(), "read again with the key put back")
+	})
+
+	t.Run("no wrapping key is made anew while copies need the old one", func(t *testing.T) {
+		assert.NotEmpty(t, get(t, &corev1.Namespace{}, "", BackupNamespace).Annotations[AnnotationKeyWrapping], "the copies' key is recorded")
+		good := get(t, &corev1.Secret{}, own, KeyWrappingSecret)
+		require.NoError(t, env.Client.Delete(ctx, good))
+		// The copy's Cluster has none of its own yet: only the record keeps a new key from being made.
+		_, err := h.b.Snapshot(ctx, copyOf, 2)
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+		assert.Contains(t, err.Error(), "is missing")
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: own, Name: KeyWrappingSecret}, &corev1.Secret{})
+		assert.True(t, apierrors.IsNotFound(err), "not made anew: %v", err)
+
+		other, err := encryption.GenerateWrappingKey()
+		require.NoError(t, err)
+		replaced := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: KeyWrappingSecret}, Data: map[string][]byte{keyWrappingData: other}}
+		require.NoError(t, env.Client.Create(ctx, replaced))
+		_, err = h.b.Snapshot(ctx, copyOf, 2)
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+		assert.Contains(t, err.Error(), "put back the Secret with key")
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: namesFor(NamespaceFor(copyOf.UID)).keys}, &corev1.Secret{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing wrapped with another key: %v", err)
+
+		require.NoError(t, env.Client.Delete(ctx, replaced))
+		good.ResourceVersion, good.UID = "", ""
+		require.NoError(t, env.Client.Create(ctx, good))
+	})
+
+	t.Run("a deleted Cluster's keys go with its last snapshot", func(t *testing.T) {
+		// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was).
+		ghost := newCluster("kept-ghost")
+		gs := &Spec{Namespace: NamespaceFor(ghost.UID), Cluster: ClusterRef{Namespace: ghost.Namespace, Name: ghost.Name, UID: ghost.UID}}
+		snap := backend.Snapshot{Name: "20261126T030000Z", Cluster: ghost.UID, Namespace: ghost.Namespace, Taken: time.Now().UTC().Truncate(time.Second), Version: "1.37.1"}
+		require.NoError(t, updateCatalog(ctx, hst, gs, snap, nil))
+		k2 := encryption.Kept{Keys: []encryption.Key{k[0], k[1]}, Needs: map[string][]string{snap.Name: {k[0].Name}}}
+		require.NoError(t, h.b.writeKept(ctx, hst, gs, keptCopy{Kept: k2}))
+		gone, err := h.b.Delete(ctx, ghost)
+		require.NoError(t, err)
+		require.True(t, gone)
+		left, err := h.b.readKept(ctx, hst, gs.Namespace, ghost.UID)
+		require.NoError(t, err)
+		assert.Equal(t, []string{k[0].Name}, left.Names(), "what its snapshot needs stays")
+
+		require.NoError(t, env.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: namesFor(gs.Namespace).catalog}}))
+		gone, err = h.b.Delete(ctx, ghost)
+		require.NoError(t, err)
+		require.True(t, gone)
+		err = env.Client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: namesFor(gs.Namespace).keys}, &corev1.Secret{})
+		assert.True(t, apierrors.IsNotFound(err), "gone with the last snapshot: %v", err)
 	})
 }

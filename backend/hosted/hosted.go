@@ -65,6 +65,11 @@ type Options struct {
 	// carry them (but those that differ between replicas: operatorPods) are the only pods of the
 	// platform the API servers take clients from. Empty (the default): none.
 	OperatorPod types.NamespacedName
+	// Namespace is the operator's own namespace in the platform cluster: Secret KeyWrappingSecret
+	// there holds the key that wraps the encryption keys kept beside the snapshots. Without it, no
+	// snapshot of a control plane with encryption keys is taken (BackupUnavailable), and no wrapped
+	// copy is read.
+	Namespace string
 	// ServiceCIDR is the service range of new clusters. Default controlplane.DefaultServiceCIDR.
 	ServiceCIDR string
 	// Notify is told when a control plane's workloads change. Optional.
@@ -370,6 +375,12 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	backend.RecordCertificates(backend.RefOf(cl), p.NotAfter)
 	s.Certificates = p.Checksum
+	// The keys first: a restore adopts the snapshot's before its serve reads the snapshot, so a
+	// snapshot removed meanwhile (its keys go only after its file) fails the serve instead.
+	keys, err := b.encryptionKeys(ctx, h, cl, s, ps)
+	if err != nil {
+		return backend.State{}, err
+	}
 	// A restore under way goes on by a step where it can (restore.go); the workloads follow.
 	restoring, err := b.advanceRestore(ctx, h, cl, s, &ps)
 	if err != nil {
@@ -377,10 +388,6 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	}
 	s.restoreSpec(ps)
 	if err := writeRecord(ctx, h, s, ps); err != nil {
-		return backend.State{}, err
-	}
-	keys, err := b.encryptionKeys(ctx, h, cl, s, ps)
-	if err != nil {
 		return backend.State{}, err
 	}
 	ps.Encryption = keys.Status("")
@@ -962,9 +969,10 @@ func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *
 }
 
 // gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
-// outlive the Cluster); its snapshot, maintenance and serve Jobs and their Secrets (their
-// certificates, the serve's token) go, and so does the long-lived etcd client certificate of
-// an earlier version.
+// outlive the Cluster), and the encryption keys beside them that they need (those none needs
+// go, and the copy with the last snapshot); its snapshot, maintenance and serve Jobs and their
+// Secrets (their certificates, the serve's token) go, and so does the long-lived etcd client
+// certificate of an earlier version.
 func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
 	names := namesFor(NamespaceFor(cl.UID))
 	serve := serveName(NamespaceFor(cl.UID))
@@ -981,6 +989,11 @@ func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluste
 		if err := h.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return false, fmt.Errorf("deleting %T %s/%s: %w", obj, BackupNamespace, obj.GetName(), err)
 		}
+	}
+	if removed, err := b.settleGoneKeys(ctx, h, cl); err != nil {
+		b.opts.Logger.Error(err, "Removing the encryption keys no snapshot of a deleted Cluster needs failed; they stay beside the snapshots", "cluster", backend.RefOf(cl).String())
+	} else if len(removed) > 0 {
+		b.opts.Logger.Info("Removed encryption keys no snapshot of a deleted Cluster needs", "cluster", backend.RefOf(cl).String(), "keys", removed)
 	}
 	h.owned.Delete(NamespaceFor(cl.UID))
 	b.forget(cl)

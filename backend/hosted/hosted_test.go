@@ -117,8 +117,13 @@ func startBackendWith(t *testing.T, change func(*Options)) *harness {
 			return rest.CopyConfig(env.Config), nil
 		},
 		InCluster: true,
+		Namespace: "cluster-provider-system",
 	}
 	change(&opts)
+	if opts.Namespace != "" {
+		err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Namespace}})
+		require.True(t, err == nil || apierrors.IsAlreadyExists(err), "%v", err)
+	}
 	h.b, err = New(opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -1156,7 +1161,8 @@ func TestRestoreSteps(t *testing.T) {
 
 	// From one that exists: its etcd restores it from its first pod, and its API server reads
 	// with the keys kept beside the snapshots (as a snapshot Job's start keeps them).
-	require.NoError(t, keepKeys(ctx, hst, s))
+	_, err = h.b.keepKeys(ctx, hst, s)
+	require.NoError(t, err)
 	source, _ := keysIn(t, ns)
 	copyOf.Annotations[backend.AnnotationRestoreFrom] = snap.Ref()
 	h.ensure(t, copyOf)

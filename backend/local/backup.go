@@ -59,10 +59,11 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	defer cancel()
 
 	in.mu.Lock()
-	running := in.meta.Version
+	running, before := in.meta.Version, in.enc
 	in.mu.Unlock()
-	if err := b.keepKeysWithSnapshot(in); err != nil {
-		return backend.Snapshot{}, err
+	// The keys the snapshot's Secrets are written with are beside it before it is.
+	if _, err := b.settleKeys(cl.UID, &before, "", nil, nil); err != nil {
+		return backend.Snapshot{}, fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot taken): %w", err)
 	}
 	s, err := b.store(in.bins).Take(ctx, cl.UID, cl.Namespace, running, in.dir, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
@@ -71,6 +72,16 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	in.log.Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys)
 	if _, err := b.store(in.bins).Prune(cl.UID, keep); err != nil {
 		in.log.Error(err, "Removing old snapshots failed; they stay until the next snapshot tries again")
+	}
+	in.mu.Lock()
+	after := in.enc // a rotation may have come meanwhile
+	in.mu.Unlock()
+	removed, err := b.settleKeys(cl.UID, &after, s.Name, before.Mark().Needs(after), nil)
+	switch {
+	case err != nil:
+		in.log.Error(err, "Recording the encryption keys the snapshot needs failed: until it is recorded, no kept key is removed", "snapshot", s.Name)
+	case len(removed) > 0:
+		in.log.Info("Removed encryption keys no snapshot needs from beside the snapshots", "keys", removed)
 	}
 	return s, nil
 }
@@ -278,11 +289,21 @@ func (b *Backend) restore(r *restore, dir string, bins Binaries, m meta) {
 // was none).
 func (b *Backend) restoreData(dir string, bins Binaries, m *meta, now time.Time) (string, error) {
 	s := m.Restoring
+	// Read before the snapshot's data (snapshotKeys): without them, nothing changes.
+	keys, err := b.snapshotKeys(*s)
+	if err != nil {
+		return "", fmt.Errorf("reading the snapshot's encryption keys (nothing changed): %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	if err := writeMeta(dir, *m); err != nil {
 		return "", err
+	}
+	// Adopted before the data is restored: a start after a crash (finishRestore) never runs the
+	// restored data without its keys. Should the restore fail, the cluster only reads with more.
+	if err := adoptSnapshotKeys(dir, keys); err != nil {
+		return "", fmt.Errorf("adding the snapshot's encryption keys: %w", err)
 	}
 	staging := filepath.Join(dir, etcdRestoring)
 	for _, d := range []string{staging, staging + ".part"} {
@@ -306,9 +327,6 @@ func (b *Backend) restoreData(dir string, bins Binaries, m *meta, now time.Time)
 	}
 	if err := os.Rename(staging, filepath.Join(dir, etcdDataDir)); err != nil {
 		return aside, fmt.Errorf("putting the restored data in place: %w", err)
-	}
-	if err := b.adoptSnapshotKeys(dir, *s); err != nil {
-		return aside, fmt.Errorf("adding the snapshot's encryption keys: %w", err)
 	}
 	m.Restoring, m.DataLost, m.LostPart = nil, nil, ""
 	return aside, nil

@@ -81,7 +81,12 @@
 // snapshot into a new data folder with etcdutl, moves the old one to backups/<UID>/replaced/ and
 // starts the cluster again in its folder, on its ports, with its CA; the record's Restoring field
 // lets a start after a crash finish or undo it. A Cluster annotated with
-// backend.AnnotationRestoreFrom is made from another Cluster's snapshot.
+// backend.AnnotationRestoreFrom is made from another Cluster's snapshot. The encryption keys the
+// snapshots need are kept beside them (backups/<UID>/keys/kept-keys.json), stored only wrapped
+// with the key in <state-dir>/key-wrapping.key (0600, made once, never replaced; beside backups/,
+// never in it: Start refuses a backups folder that holds it) and pruned to what the snapshots need
+// and the running cluster uses; with the last snapshot of a deleted Cluster they go
+// (encryption.go).
 //
 // # One process per folder
 //

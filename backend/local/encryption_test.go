@@ -1,10 +1,13 @@
 package local
 
 import (
+	"context"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
 	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
@@ -69,7 +73,9 @@ func encStatus(s backend.State) encryption.Status {
 // rotation, which puts a new key first and rewrites every Secret with it; a new Cluster made from
 // a snapshot reads the snapshot's Secrets (it adopts the keys kept beside the snapshots).
 func TestEncryptionAtRest(t *testing.T) {
-	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 2, Logger: testenv.Logger(t), HealthInterval: time.Second})
+	stateDir := t.TempDir()
+	opts := Options{StateDir: stateDir, MaxClusters: 2, Logger: testenv.Logger(t), HealthInterval: time.Second}
+	h := startBackendOptions(t, opts)
 	cl := newCluster("sealed")
 	h.await(cl, "Ready", complete)
 	admin, err := h.b.AdminConfig(t.Context(), cl)
@@ -103,9 +109,32 @@ func TestEncryptionAtRest(t *testing.T) {
 	require.NoError(t, err, "a Secret written before encryption is read")
 	assert.Equal(t, "legacy-"+marker, string(got.Data["token"]))
 
-	// A snapshot, before the rotation: a Cluster made from it later reads its Secrets.
+	// As an earlier release kept the keys beside the snapshots: in plain text, with a key (x) that
+	// a snapshot of that release (no record of the keys it needs) may need.
+	running, _, err := encryption.Load(dir)
+	require.NoError(t, err)
+	x, err := encryption.NewKey(time.Now())
+	require.NoError(t, err)
+	plain := running
+	plain.Keys = append(slices.Clone(running.Keys), x)
+	require.NoError(t, os.MkdirAll(h.b.keysDir(cl.UID), 0o700))
+	require.NoError(t, encryption.Save(h.b.keysDir(cl.UID), plain))
+	earlier := backend.Snapshot{Name: "20200101T000000Z", Cluster: cl.UID, Namespace: cl.Namespace, Taken: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC), Version: "1.37.1"}
+	record, err := json.Marshal(earlier)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(h.b.backupDir(cl.UID), earlier.Name+recordSuffix), record, 0o600))
+
+	// A snapshot, before the rotation: a Cluster made from it later reads its Secrets. The plain
+	// copy is read and written wrapped; the earlier release's snapshot keeps x.
 	snap, err := h.b.Snapshot(t.Context(), cl, 3)
 	require.NoError(t, err)
+	assertKeptWrapped(t, h, cl.UID, plain.Keys)
+	assert.ElementsMatch(t, []string{first, x.Name}, keptNames(t, h, cl.UID), "the plain copy's keys are kept, wrapped")
+	wrapping := filepath.Join(stateDir, wrappingKeyFile)
+	info, err := os.Stat(wrapping)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the wrapping key is the operator's only")
+	assert.NotContains(t, wrapping, filepath.Join(stateDir, backupsDir), "never beside the snapshots")
 
 	// Rotation: a new key writes, every Secret is rewritten with it (the plain one too).
 	pids := h.b.PIDs(cl.UID)
@@ -140,4 +169,124 @@ func TestEncryptionAtRest(t *testing.T) {
 	assert.Equal(t, marker, string(got.Data["password"]))
 	raw = rawEtcd(t, h, cp.UID, "/registry/secrets/default/sealed")
 	assert.True(t, strings.HasPrefix(string(raw), encryption.Prefix+encStatus(cs2).Key+":"), "rewritten with the copy's key: %.40q", raw)
+
+	// Beside the snapshots stay what they need and what the cluster uses: the earlier release's
+	// snapshot goes (keep 2), and x with it; the first key, which the cluster no longer writes
+	// with, stays for the snapshot taken with it.
+	snap2, err := h.b.Snapshot(t.Context(), cl, 2)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{first, second}, keptNames(t, h, cl.UID))
+	now, _, err := encryption.Load(dir)
+	require.NoError(t, err)
+	assertKeptWrapped(t, h, cl.UID, now.Keys)
+
+	t.Run("a wrapping key that does not read is refused and changes nothing", func(t *testing.T) {
+		good, err := os.ReadFile(wrapping)
+		require.NoError(t, err)
+		keptFile := filepath.Join(h.b.keysDir(cl.UID), encryption.KeptFile)
+		kept, err := os.ReadFile(keptFile)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(wrapping, []byte("garbled\n"), 0o600))
+		_, err = h.b.Snapshot(t.Context(), cl, 2)
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+		assert.Contains(t, err.Error(), wrapping)
+		assert.Contains(t, err.Error(), "never replaced")
+		assert.Contains(t, err.Error(), "put it back from a backup")
+		got, err := os.ReadFile(wrapping)
+		require.NoError(t, err)
+		assert.Equal(t, "garbled\n", string(got), "left as it is")
+		got, err = os.ReadFile(keptFile)
+		require.NoError(t, err)
+		assert.Equal(t, kept, got, "the kept keys unchanged")
+		all, err := h.b.Snapshots(t.Context(), cl)
+		require.NoError(t, err)
+		assert.Len(t, all, 2, "no snapshot taken")
+
+		// Missing while copies are wrapped with it: no new one is made, which could not unwrap them.
+		require.NoError(t, os.Remove(wrapping))
+		_, err = h.b.Snapshot(t.Context(), cl, 2)
+		require.Error(t, err)
+		assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
+		assert.Contains(t, err.Error(), "is missing")
+		_, err = os.Stat(wrapping)
+		assert.ErrorIs(t, err, os.ErrNotExist, "no new wrapping key")
+		got, err = os.ReadFile(keptFile)
+		require.NoError(t, err)
+		assert.Equal(t, kept, got, "the kept keys unchanged")
+
+		require.NoError(t, os.WriteFile(wrapping, good, 0o600))
+		assert.ElementsMatch(t, []string{first, second}, keptNames(t, h, cl.UID), "read again with the key put back")
+	})
+
+	// A deleted Cluster's snapshots keep what they need; once the last is gone (by hand), the
+	// copy goes too, at the next start.
+	for _, c := range []*clustersv1alpha1.Cluster{cp, cl} {
+		gone, err := h.b.Delete(t.Context(), c)
+		require.NoError(t, err)
+		require.True(t, gone)
+	}
+	assert.ElementsMatch(t, []string{first, second}, keptNames(t, h, cl.UID), "what the snapshots need stays")
+	h.stop()
+	for _, s := range []backend.Snapshot{snap, snap2} {
+		for _, suffix := range []string{snapshotSuffix, recordSuffix} {
+			require.NoError(t, os.Remove(filepath.Join(h.b.backupDir(cl.UID), s.Name+suffix)))
+		}
+	}
+	h = startBackendOptions(t, opts)
+	require.Eventually(t, func() bool {
+		h.b.mu.Lock()
+		defer h.b.mu.Unlock()
+		return h.b.started
+	}, stopWithin, 10*time.Millisecond, "the backend started")
+	_, err = os.Stat(h.b.keysDir(cl.UID))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the keys went with the last snapshot")
+	_, err = os.Stat(wrapping)
+	assert.NoError(t, err, "the wrapping key stays")
+}
+
+// keptNames are the names of the keys kept beside the snapshots of the cluster uid.
+func keptNames(t *testing.T, h *harness, uid types.UID) []string {
+	t.Helper()
+	h.b.backupMu.Lock()
+	defer h.b.backupMu.Unlock()
+	k, found, err := h.b.readKept(uid)
+	require.NoError(t, err)
+	require.True(t, found)
+	return k.Names()
+}
+
+// assertKeptWrapped checks that the keys folder beside the snapshots of the cluster uid holds
+// only the wrapped copy, the operator's only, and no key of keys in any form.
+func assertKeptWrapped(t *testing.T, h *harness, uid types.UID, keys []encryption.Key) {
+	t.Helper()
+	entries, err := os.ReadDir(h.b.keysDir(uid))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the wrapped copy: the plain one is gone")
+	assert.Equal(t, encryption.KeptFile, entries[0].Name())
+	path := filepath.Join(h.b.keysDir(uid), encryption.KeptFile)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	for _, k := range keys {
+		for _, form := range []string{string(k.Secret), base64.StdEncoding.EncodeToString(k.Secret), hex.EncodeToString(k.Secret)} {
+			assert.NotContains(t, string(data), form, "key %s is not beside the snapshots", k.Name)
+		}
+	}
+}
+
+// TestWrappingKeyApart: a backups folder that holds the wrapping key (a link to --state-dir) is
+// refused at start, saying why.
+func TestWrappingKeyApart(t *testing.T) {
+	stateDir := t.TempDir()
+	require.NoError(t, os.Symlink(".", filepath.Join(stateDir, backupsDir)))
+	b, err := New(Options{Binaries: []Binaries{{Dir: t.TempDir(), Version: "1.37.1"}}, StateDir: stateDir,
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil }})
+	require.NoError(t, err)
+	err = b.Start(t.Context())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "holds "+filepath.Join(stateDir, wrappingKeyFile))
+	assert.Contains(t, err.Error(), "make "+filepath.Join(stateDir, backupsDir)+" a folder of its own")
 }

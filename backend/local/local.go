@@ -177,12 +177,16 @@ func (b *Backend) Versions() []string {
 // NeedLeaderElection is true: only the leader runs clusters.
 func (b *Backend) NeedLeaderElection() bool { return true }
 
-// Start adopts the folders of existing Clusters (same ports, same data) and removes the folders
-// of Clusters that are gone; then it runs until ctx ends and stops every cluster, keeping their
-// data.
+// Start adopts the folders of existing Clusters (same ports, same data), moves aside the folders
+// of Clusters that are gone, and removes the kept encryption keys no snapshot of a gone Cluster
+// needs (settleGoneKeys); then it runs until ctx ends and stops every cluster, keeping their
+// data. A backups folder that holds the wrapping key is refused (checkWrappingKeyApart).
 func (b *Backend) Start(ctx context.Context) error {
 	if err := os.MkdirAll(b.opts.StateDir, 0o700); err != nil {
 		return fmt.Errorf("local backend: --state-dir: %w", err)
+	}
+	if err := b.checkWrappingKeyApart(); err != nil {
+		return err
 	}
 	lock, err := lockStateDir(ctx, b.opts.StateDir, func(holder string) {
 		b.log.Info("Waiting for the lock of --state-dir: another process runs its clusters", "holder", holder)
@@ -208,6 +212,8 @@ func (b *Backend) Start(ctx context.Context) error {
 	for i := range clusters {
 		byUID[clusters[i].UID] = &clusters[i]
 	}
+
+	b.settleGoneKeys(byUID)
 
 	b.mu.Lock()
 	for _, e := range entries {
@@ -611,7 +617,8 @@ func (b *Backend) binaries(version string) (Binaries, bool) {
 
 func (b *Backend) dir(uid types.UID) string { return filepath.Join(b.opts.StateDir, string(uid)) }
 
-// Delete kills cl's processes and removes its folder. Its snapshots stay (backup.go).
+// Delete kills cl's processes and removes its folder. Its snapshots stay (backup.go), and the
+// encryption keys they need beside them (settleDeletedKeys).
 func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
 	b.mu.Lock()
 	if !b.started {
@@ -642,6 +649,9 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	}
 	b.freedLocked() // also for a cluster that was being made from a snapshot
 	b.mu.Unlock()
+	if err := b.settleDeletedKeys(cl.UID); err != nil {
+		return false, err
+	}
 	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
 		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)
 	}

@@ -279,10 +279,17 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 	if err != nil {
 		return nil, err
 	}
+	// The operator's own namespace holds the key that wraps the keys kept beside the snapshots:
+	// its pod's, or out of a pod the namespace of its Lease.
+	own := self.Namespace
+	if own == "" {
+		own = o.LeaderElectionNamespace
+	}
 	hb, err := hosted.New(hosted.Options{
 		Platform:    mgr.GetConfig(),
 		InCluster:   fileExists(inClusterNamespaceFile),
 		OperatorPod: self,
+		Namespace:   own,
 		SeedConfig: func(ctx context.Context, seed providersv1alpha1.SeedRef) (*rest.Config, error) {
 			if seedNamespace == "" {
 				return nil, fmt.Errorf("spec.hosted.seed names Secret %s, but the operator does not run in a pod: set --hosted-seed-namespace", seed.SecretName)

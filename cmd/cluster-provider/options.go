@@ -175,7 +175,7 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false,
 		"Elect a leader among replicas; only the leader reconciles.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "",
-		"Namespace of the leader election lease; default the pod's namespace (required out of cluster).")
+		"Namespace of the leader election lease, and out of a pod of the hosted backend's key-wrapping Secret; default the pod's namespace (required out of cluster).")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", defaultLeaseDuration,
 		"How long a standby waits, after the leader's last renewal, before it takes the lease.")
 	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", defaultRenewDeadline,
