@@ -51,11 +51,19 @@ help: ## Show this help.
 
 ##@ Development
 
+# The CRDs whose reference page hack/crdref writes into docs/reference/<kind>.md, from their field
+# docs; what make verify checks for drift after make generate.
+REFERENCE_CRDS := $(addprefix deploy/crds/,providers.clusters.openmcp.cloud_providerconfigs.yaml \
+  clusters.openmcp.cloud_clusters.yaml clusters.openmcp.cloud_accessrequests.yaml \
+  clusters.openmcp.cloud_clusterrequests.yaml)
+GENERATED      := api deploy/crds deploy/rbac docs/reference
+
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs (deploy/crds) and RBAC (deploy/rbac).
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs (deploy/crds), RBAC (deploy/rbac) and the API reference (docs/reference).
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=deploy/crds
 	$(CONTROLLER_GEN) rbac:roleName=cluster-provider paths=./cmd/... paths=./controllers/... paths=./providerconfig/... output:rbac:artifacts:config=deploy/rbac
+	go run ./hack/crdref -out docs/reference $(REFERENCE_CRDS)
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -66,9 +74,9 @@ verify: generate ## gofmt, go vet, and fail if generated files are out of date.
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	go vet ./...
-	@if [ -n "$$(git status --porcelain -- api deploy/crds deploy/rbac)" ]; then \
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 	  echo "generated files are out of date; run 'make generate' and commit:"; \
-	  git status --porcelain -- api deploy/crds deploy/rbac; git diff --stat -- api deploy/crds deploy/rbac; exit 1; fi
+	  git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
 
 .PHONY: test
 test: envtest envtest-prev $(ETCD_LINE_BINS) ## Run all tests with the race detector against envtest (deploy-check among them).
