@@ -42,7 +42,7 @@ var RequestAnnotations = []string{AnnotationSnapshot, AnnotationRestore, Annotat
 
 // AnnotationRotateEncryptionKey on a Cluster asks for a new encryption key of its Secrets at
 // rest (any new value: a timestamp, say): the backend puts a new key first, and rewrites every
-// Secret with it; the old keys stay to read the snapshots taken before (README "Security").
+// Secret with it; the old keys stay to read the snapshots taken before (docs/security.md).
 const AnnotationRotateEncryptionKey = "security.clusters.openmcp.cloud/rotate-encryption-key"
 
 // Reasons of the backup and restore conditions and Events.

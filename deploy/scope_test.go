@@ -315,7 +315,7 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 		}, false},
 		// Admission policies never apply to admission policies and their bindings (so that no
 		// policy can lock out its own repair): only RBAC refuses this. openMCP binds cluster-admin
-		// to cp-local, so cp-local may (README "Security" says so).
+		// to cp-local, so cp-local may (docs/security.md says so).
 		{"delete the policy's binding", func(op client.Client, _ kubernetes.Interface) error {
 			u := &metav1.PartialObjectMetadata{}
 			u.SetGroupVersionKind(admissionBindingGVK)

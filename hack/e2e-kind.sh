@@ -201,7 +201,7 @@ shape deploy/openmcp/clusterprovider-hosted.yaml run | kc apply -f -
 kc -n "$omns" rollout status deploy/cp-local --timeout=5m
 policy_selects "$omns" cp-local cp-local
 # openMCP binds cluster-admin to cp-local: deploy/policy/operator.yaml, which cp-local-init applied
-# (cluster-provider init), holds it (README "Security").
+# (cluster-provider init), holds it (docs/security.md).
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_SA="system:serviceaccount:$omns:cp-local" \
   go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestScenarioHostedOnKind)$' -count=1 -v -timeout 20m

@@ -22,7 +22,7 @@ type Config struct {
 	AccessRequest *labeller.Config `json:"accessRequest,omitempty"`
 
 	// Scheduler configures the ClusterRequest scheduler (--controllers scheduler), which needs
-	// it: scope, strategy, selectors and purposeMappings (README, "Scheduler configuration").
+	// it: scope, strategy, selectors and purposeMappings (docs/operations.md, "Scheduler configuration").
 	Scheduler *scheduler.Config `json:"scheduler,omitempty"`
 }
 

@@ -16,7 +16,7 @@ import (
 // TestShortNamesUnique asks the API server's discovery which resource each of our CRDs' names and
 // short names resolve to: none may also belong to another resource (kubectl would pick one and
 // warn; `pc` used to answer `kubectl get pc` from PriorityClasses). The ProviderConfig's short name
-// is the one documented in the README.
+// is the one documented in docs/operations.md.
 func TestShortNamesUnique(t *testing.T) {
 	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
 	require.NoError(t, err)

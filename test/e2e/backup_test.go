@@ -20,7 +20,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 )
 
-// TestLocalRestoreDrill is the README's restore drill, done as a platform engineer does it: the
+// TestLocalRestoreDrill is the restore drill of docs/backups.md, done as a platform engineer does it: the
 // operator binary with the local backend, a Cluster whose first scheduled snapshot is taken once it
 // is Ready, data written with the kubeconfig of an AccessRequest, one more snapshot on demand
 // (kubectl annotate) that holds it and the request's ServiceAccount, more data, and then the cluster's etcd data folder destroyed while the

@@ -60,7 +60,7 @@ func TestLocalClusterSurvivesKill9(t *testing.T) {
 	pids := clusterPIDs(t, clusterDir)
 	require.Len(t, pids, 3, "etcd, kube-apiserver and kube-controller-manager of %s", clusterDir)
 
-	// The README's walkthrough: the sample AccessRequest, its kubeconfig used by kubectl.
+	// The README's quickstart: the sample AccessRequest, its kubeconfig used by kubectl.
 	ar := readSample(t, "accessrequest.yaml", &clustersv1alpha1.AccessRequest{})
 	ar.Namespace, ar.Spec.ClusterRef.Namespace, ar.Spec.ClusterRef.Name = cl.Namespace, cl.Namespace, cl.Name
 	require.NoError(t, env.Client.Create(ctx, ar))

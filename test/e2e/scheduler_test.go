@@ -17,7 +17,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/controllers/scheduler"
 )
 
-// TestSchedulerFlow is the openMCP flow of the README, through the binary with the scheduler on
+// TestSchedulerFlow is the openMCP flow of docs/access.md, through the binary with the scheduler on
 // and the sample --config of `make run`: the sample ClusterRequest gets a new Cluster of its own,
 // which becomes Ready; the sample AccessRequest by requestRef yields a kubeconfig that kubectl
 // uses with the stock role view; deleting the request deletes its Cluster.
