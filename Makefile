@@ -78,6 +78,10 @@ verify: generate ## gofmt, go vet, and fail if generated files are out of date.
 	  echo "generated files are out of date; run 'make generate' and commit:"; \
 	  git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi
 
+.PHONY: docs-check
+docs-check: ## Check every relative link (file and #anchor) of README.md and docs/ (hack/doclinks).
+	go run ./hack/doclinks
+
 .PHONY: test
 test: envtest envtest-prev $(ETCD_LINE_BINS) ## Run all tests with the race detector against envtest (deploy-check among them).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) LOCAL_ETCD_BINARIES=$(subst $(space),:,$(ETCD_LINE_BINS)) \
