@@ -207,7 +207,7 @@ func compact(raw []byte) string {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return string(raw)
 	}
-	if s, ok := v.(string); ok {
+	if s, ok := v.(string); ok && s != "" {
 		return s
 	}
 	out, err := json.Marshal(v)

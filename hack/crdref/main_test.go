@@ -51,7 +51,7 @@ spec:
                 items:
                   type: object
                   properties:
-                    name: {type: string, maxLength: 8}
+                    name: {type: string, maxLength: 8, default: ""}
 `
 
 func TestRender(t *testing.T) {
@@ -72,7 +72,7 @@ func TestRender(t *testing.T) {
 		"| `spec.mode` | string | one of `Fast`, `Slow` | Mode is `Fast` or &lt;b&gt;. |",
 		"| `spec.images` | map[string]string |  |  |",
 		"| `spec.parts` | []object |  |  |",
-		"| `spec.parts[].name` | string | max length 8 |  |",
+		"| `spec.parts[].name` | string | default `\"\"`; max length 8 |  |",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q:\n%s", want, page)
