@@ -131,6 +131,8 @@ func hasFields(s *apiextensionsv1.JSONSchemaProps) bool {
 // typeOf names the type of s as a reader of the YAML sees it.
 func typeOf(s *apiextensionsv1.JSONSchemaProps) string {
 	switch {
+	case isQuantity(s):
+		return "quantity"
 	case s.XIntOrString:
 		return "int or string"
 	case s.Type == "array" && s.Items != nil && s.Items.Schema != nil:
@@ -145,6 +147,14 @@ func typeOf(s *apiextensionsv1.JSONSchemaProps) string {
 		return "any"
 	}
 	return s.Type
+}
+
+// quantityPattern starts the pattern controller-gen writes for a resource.Quantity.
+const quantityPattern = `^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)`
+
+// isQuantity says whether s is a resource.Quantity (1Gi, 500m), whose long pattern says no more.
+func isQuantity(s *apiextensionsv1.JSONSchemaProps) bool {
+	return s.XIntOrString && strings.HasPrefix(s.Pattern, quantityPattern)
 }
 
 // constraints lists what the API server enforces on a field: required, default, enum, limits,
@@ -181,7 +191,7 @@ func constraints(s *apiextensionsv1.JSONSchemaProps, required bool) []string {
 	bound("max items", s.MaxItems)
 	bound("min properties", s.MinProperties)
 	bound("max properties", s.MaxProperties)
-	if s.Pattern != "" {
+	if s.Pattern != "" && !isQuantity(s) {
 		out = append(out, "pattern `"+s.Pattern+"`")
 	}
 	if s.XListType != nil && *s.XListType != "atomic" {

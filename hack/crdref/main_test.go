@@ -43,6 +43,9 @@ spec:
                   Size of the widget
                   in <units> | pieces.
               mode: {type: string, enum: [Fast, Slow], description: Mode is ` + "`Fast`" + ` or <b>.}
+              storage:
+                x-kubernetes-int-or-string: true
+                pattern: ^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$
               images:
                 type: object
                 additionalProperties: {type: string}
@@ -71,6 +74,7 @@ func TestRender(t *testing.T) {
 		"| `spec.size` | integer | required; default `3`; minimum 1; maximum 10 | Size of the widget in &lt;units&gt; \\| pieces. |",
 		"| `spec.mode` | string | one of `Fast`, `Slow` | Mode is `Fast` or &lt;b&gt;. |",
 		"| `spec.images` | map[string]string |  |  |",
+		"| `spec.storage` | quantity |  |  |",
 		"| `spec.parts` | []object |  |  |",
 		"| `spec.parts[].name` | string | default `\"\"`; max length 8 |  |",
 	} {
