@@ -75,9 +75,9 @@ func (c *Config) Validate() error {
 func (c *Config) checkControllers(enabled map[string]bool, path string) error {
 	if enabled[controllerScheduler] && c.Scheduler == nil {
 		if path == "" {
-			return errors.New("--controllers names scheduler, which needs --config with a scheduler: section (its purposeMappings); see README, \"Scheduler configuration\"")
+			return errors.New("--controllers names scheduler, which needs --config with a scheduler: section (its purposeMappings); see docs/operations.md, \"Scheduler configuration\"")
 		}
-		return fmt.Errorf("--controllers names scheduler, but --config %s has no scheduler: section; add one with its purposeMappings (README, \"Scheduler configuration\")", path)
+		return fmt.Errorf("--controllers names scheduler, but --config %s has no scheduler: section; add one with its purposeMappings (docs/operations.md, \"Scheduler configuration\")", path)
 	}
 	return nil
 }
