@@ -22,7 +22,8 @@ import (
 // TestSnapshotJobs: a snapshot of a hosted control plane is a Job in BackupNamespace (envtest
 // runs none: the test ends it as the Job controller and the kubelet would, with the tool's
 // result as the pod's termination message); while it runs Snapshot says SnapshotInProgress; once
-// it ended, the snapshot is listed in its ConfigMap, those it removed are not, and the Job goes.
+// it ended (which notifies the Cluster), the snapshot is listed in its ConfigMap, those it removed
+// are not, and the Job goes.
 // A failed Job is an error that says why; a control plane on an emptyDir has no snapshots. Each
 // Job has an etcd client certificate made for it (valid for its deadline and a margin, in a
 // Secret it owns) that goes with it; the long-lived one of an earlier version goes at the first.
@@ -74,7 +75,7 @@ func TestSnapshotJobs(t *testing.T) {
 
 	end := func(cond batchv1.JobConditionType, result string) {
 		t.Helper()
-		endJob(t, names.job, cond, result)
+		h.endJob(t, names.job, cond, result)
 	}
 	taken := func(name string) backend.Snapshot {
 		return backend.Snapshot{Name: name, Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
@@ -85,7 +86,11 @@ func TestSnapshotJobs(t *testing.T) {
 		return string(data)
 	}
 	first := taken("20261126T010000Z")
+	for len(h.notified) > 0 {
+		<-h.notified
+	}
 	end(batchv1.JobComplete, result(first))
+	awaitNotified(t, h, cl) // its end reconciles the Cluster: no one polls while it runs
 	got, err := h.b.Snapshot(ctx, cl, 3)
 	require.NoError(t, err)
 	first.Namespace = cl.Namespace // the Job does not know it; the backend records it
@@ -158,8 +163,9 @@ func selects(t *testing.T, sel *metav1.LabelSelector, l map[string]string) bool 
 }
 
 // endJob finishes Job name of BackupNamespace as Kubernetes would, its pod having written result
-// as its termination message.
-func endJob(t *testing.T, name string, cond batchv1.JobConditionType, result string) {
+// as its termination message, and waits until the backend's cache, which it reads Jobs from, has
+// seen it.
+func (h *harness) endJob(t *testing.T, name string, cond batchv1.JobConditionType, result string) {
 	t.Helper()
 	ctx := t.Context()
 	job := get(t, &batchv1.Job{}, BackupNamespace, name)
@@ -181,6 +187,21 @@ func endJob(t *testing.T, name string, cond batchv1.JobConditionType, result str
 		job.Status.Conditions = append([]batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "Test"}}, job.Status.Conditions...)
 	}
 	require.NoError(t, env.Client.Status().Update(ctx, job))
+	h.cached(t, name)
+}
+
+// cached waits until the backend's cache holds Job name of BackupNamespace as it is now.
+func (h *harness) cached(t *testing.T, name string) {
+	t.Helper()
+	live := get(t, &batchv1.Job{}, BackupNamespace, name)
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		seen := &batchv1.Job{}
+		if assert.NoError(c, hst.cache.Get(t.Context(), client.ObjectKeyFromObject(live), seen)) {
+			assert.Equal(c, live.Status, seen.Status)
+		}
+	}, 10*time.Second, 20*time.Millisecond, "the backend's cache sees Job %s", name)
 }
 
 // forceGone removes a Job envtest keeps (no garbage collector) so that the next can be made.

@@ -94,7 +94,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	assert.LessOrEqual(t, s.RetryAfter, 5*time.Second, "looked at again soon")
 
 	// The report is the EtcdHealthy part, and the recorded state.
-	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
+	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
 		Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
 	s = h.ensure(t, cl)
 	require.NotNil(t, s.Etcd)
@@ -114,7 +114,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	secondCert := jobCert(t, get(t, &batchv1.Job{}, BackupNamespace, name), "pki", ns, x509.ExtKeyUsageClientAuth)
 	assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
 	assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
-	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", Error: "context deadline exceeded"}},
+	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", Error: "context deadline exceeded"}},
 		Message: "etcd takes writes: its database is 0.0 MiB of its 1024.0 MiB quota; member etcd-0 does not answer."}))
 	s = h.ensure(t, cl)
 	require.NotNil(t, s.Etcd)
@@ -127,7 +127,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	backdate(t, cl, 2*time.Minute)
 	h.ensure(t, cl)
 	get(t, &batchv1.Job{}, BackupNamespace, name)
-	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
+	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
 		Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
 	s = h.ensure(t, cl)
 	assert.NotContains(t, s.Etcd.Message, "does not answer")
@@ -159,7 +159,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	}, 10*time.Second, 50*time.Millisecond, "a suspect member is checked")
 	full := etcdmaint.Report{Quota: 1 << 30, NoSpace: true, Revision: 900, FreedAt: 900, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 1 << 30}},
 		Message: "etcd's database reached its quota (…): the cluster serves reads and deletes but takes no writes. Delete objects you do not need (kubectl delete)"}
-	endJob(t, name, batchv1.JobComplete, report(t, full))
+	h.endJob(t, name, batchv1.JobComplete, report(t, full))
 	// etcd's readiness check fails on the alarm: the StatefulSet has no ready member.
 	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
 	sts.Status.ReadyReplicas = 0
@@ -180,7 +180,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	job = get(t, &batchv1.Job{}, BackupNamespace, name)
 	assert.Contains(t, job.Spec.Template.Spec.Containers[0].Args, "--freed-at=900")
 	// A Job that fails changes nothing known.
-	endJob(t, name, batchv1.JobFailed, "")
+	h.endJob(t, name, batchv1.JobFailed, "")
 	s = h.ensure(t, cl)
 	require.NotNil(t, s.Etcd)
 	assert.False(t, s.Etcd.Ready, "still full, as far as is known")
@@ -192,7 +192,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	assertNoJob("after a failed Job, the next waits twice as long")
 	backdate(t, cl, time.Minute)
 	h.ensure(t, cl)
-	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Disarmed: true, Revision: 950, FreedAt: 950,
+	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Disarmed: true, Revision: 950, FreedAt: 950,
 		Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 40 << 20}}, Message: "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm"}))
 	require.NoError(t, env.Client.Delete(t.Context(), pod))
 	s = h.ensure(t, cl)
@@ -206,7 +206,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	h.ensure(t, cl)
 	job = get(t, &batchv1.Job{}, BackupNamespace, name)
 	assert.Contains(t, job.Spec.Template.Spec.Containers[0].Args, "--defrag")
-	endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Defragmented: []string{"etcd-0"},
+	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Defragmented: []string{"etcd-0"},
 		Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 20 << 20}}, Message: "etcd takes writes; defragmented etcd-0."}))
 	h.ensure(t, cl)
 	rec := record(t, cl).Etcd

@@ -98,6 +98,7 @@ func TestRestoreSteps(t *testing.T) {
 	job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"},
 		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}}
 	require.NoError(t, env.Client.Status().Update(ctx, job))
+	h.cached(t, name)
 	st = h.ensure(t, cl)
 	require.NotNil(t, st.Restored)
 	assert.Contains(t, st.Restored.Failed, "is damaged")
@@ -165,6 +166,7 @@ func TestRestoreSteps(t *testing.T) {
 	cjob.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue},
 		{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	require.NoError(t, env.Client.Status().Update(ctx, cjob))
+	h.cached(t, cjob.Name)
 	st = h.ensure(t, copyOf)
 	assert.Nil(t, st.Restored, "no failure: %+v", st.Restored)
 	assert.Equal(t, restoreEtcd, record(t, copyOf).Restore.Phase, "on to etcd's pods")
