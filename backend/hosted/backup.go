@@ -151,10 +151,14 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 	return h, s, ps.Version, nil
 }
 
-// startSnapshot keeps the encryption keys beside the snapshots, makes the snapshots' claim and
-// starts the snapshot Job of t, which carries what its start saw of the keys.
+// startSnapshot prepares BackupNamespace, keeps the encryption keys beside the snapshots, makes
+// the snapshots' claim and starts the snapshot Job of t, which carries what its start saw of the
+// keys.
 func (b *Backend) startSnapshot(ctx context.Context, t task, version string, keep int) error {
 	bs := t.s.backupSpec()
+	if err := t.prepare(ctx); err != nil {
+		return err
+	}
 	mark, err := b.keepKeys(ctx, t.h, t.s)
 	if err != nil {
 		return fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot started): %w", err)
@@ -168,7 +172,7 @@ func (b *Backend) startSnapshot(ctx context.Context, t task, version string, kee
 	}
 	job := bs.SnapshotJob(t.s.Namespace, version, keep)
 	job.Annotations[AnnotationSnapshotKeys] = string(seen)
-	return t.start(ctx, job, nil)
+	return t.launch(ctx, job, nil)
 }
 
 // snapshotResult is what cmd/etcd-snapshot writes as its termination message.

@@ -23,8 +23,8 @@ import (
 // and the serve of a restore (restore.go). Each kind (a jobKind) states its name, deadline,
 // certificate and template, and how to read its result; one runner (task) does the rest for all:
 //
-//   - start: a Job is created from its kind's template when there is none, with a certificate
-//     made for it alone (jobcert.go) in a Secret of its name that it owns;
+//   - start: BackupNamespace is prepared and a Job created from its kind's template when there is
+//     none, with a certificate made for it alone (jobcert.go) in a Secret of its name that it owns;
 //   - deadline: activeDeadlineSeconds, and a Job that outlives it by jobGrace anyway (Kubernetes
 //     did not end it) counts as failed;
 //   - result: what its pod wrote as its termination message (JSON), or why it failed (result);
@@ -167,21 +167,32 @@ func jobEnded(job *batchv1.Job) (done bool, failed string) {
 	return false, ""
 }
 
-// start makes BackupNamespace, its NetworkPolicy and also (objects of BackupNamespace the Job
-// needs), removes the etcd client certificate earlier versions kept there for all of the control
-// plane's Jobs, and starts job (made from the kind's template) with a certificate of the control
-// plane's etcd CA made for it alone (the kind's leaf, valid for job's deadline and jobCertMargin)
-// and data besides, in the Secret of job's name. Call it when observe found no Job.
+// start prepares BackupNamespace (prepare) and launches job (launch). Call it when observe found
+// no Job.
 func (t task) start(ctx context.Context, job *batchv1.Job, data map[string][]byte, also ...client.Object) error {
+	if err := t.prepare(ctx, also...); err != nil {
+		return err
+	}
+	return t.launch(ctx, job, data)
+}
+
+// prepare makes BackupNamespace, its NetworkPolicy and also (objects of BackupNamespace the Job
+// needs), and removes the etcd client certificate earlier versions kept there for all of the
+// control plane's Jobs.
+func (t task) prepare(ctx context.Context, also ...client.Object) error {
 	bs := t.s.backupSpec()
 	for _, obj := range append([]client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy()}, also...) {
 		if err := t.h.apply(ctx, obj); err != nil {
 			return err
 		}
 	}
-	if err := t.b.dropSharedCredential(ctx, t.h, t.s); err != nil {
-		return err
-	}
+	return t.b.dropSharedCredential(ctx, t.h, t.s)
+}
+
+// launch starts job (made from the kind's template) with a certificate of the control plane's
+// etcd CA made for it alone (the kind's leaf, valid for job's deadline and jobCertMargin) and data
+// besides, in the Secret of job's name.
+func (t task) launch(ctx context.Context, job *batchv1.Job, data map[string][]byte) error {
 	sec, err := t.b.jobSecret(ctx, t.h, t.s, job, t.leaf(t.s.Namespace))
 	if err != nil {
 		return err
