@@ -107,51 +107,54 @@ func TestSnapshotJobs(t *testing.T) {
 	cm := get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
 	assert.Contains(t, cm.Data[catalogKey], first.Name, "kubectl get configmap lists it")
 
-	// The next one removes the first (keep); a failed one says why.
-	forceGone(t, names.job)
-	_, err = h.b.Snapshot(ctx, cl, 1)
-	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
-	job = get(t, &batchv1.Job{}, BackupNamespace, names.job)
-	secondCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
-	assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
-	assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
 	second := taken("20261126T020000Z")
-	end(batchv1.JobComplete, result(second, first.Name))
-	second.Namespace = cl.Namespace
-	_, err = h.b.Snapshot(ctx, cl, 1)
-	require.NoError(t, err)
-	list, err = h.b.Snapshots(ctx, cl)
-	require.NoError(t, err)
-	assert.Equal(t, []backend.Snapshot{second}, list)
+	t.Run("the next removes the first (keep), with a certificate of its own", func(t *testing.T) {
+		forceGone(t, names.job)
+		_, err := h.b.Snapshot(ctx, cl, 1)
+		require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+		job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
+		secondCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
+		assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
+		assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
+		h.endJob(t, names.job, batchv1.JobComplete, result(second, first.Name))
+		second.Namespace = cl.Namespace
+		_, err = h.b.Snapshot(ctx, cl, 1)
+		require.NoError(t, err)
+		list, err := h.b.Snapshots(ctx, cl)
+		require.NoError(t, err)
+		assert.Equal(t, []backend.Snapshot{second}, list)
+	})
 
-	forceGone(t, names.job)
-	_, err = h.b.Snapshot(ctx, cl, 1)
-	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
-	end(batchv1.JobFailed, `{"error":"etcdctl snapshot save: exit status 1: context deadline exceeded"}`)
-	_, err = h.b.Snapshot(ctx, cl, 1)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
-	assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")
-	list, err = h.b.Snapshots(ctx, cl)
-	require.NoError(t, err)
-	assert.Equal(t, []backend.Snapshot{second}, list, "a failure changes no list")
+	t.Run("a failed one says why", func(t *testing.T) {
+		forceGone(t, names.job)
+		_, err := h.b.Snapshot(ctx, cl, 1)
+		require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+		h.endJob(t, names.job, batchv1.JobFailed, `{"error":"etcdctl snapshot save: exit status 1: context deadline exceeded"}`)
+		_, err = h.b.Snapshot(ctx, cl, 1)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
+		assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")
+		list, err := h.b.Snapshots(ctx, cl)
+		require.NoError(t, err)
+		assert.Equal(t, []backend.Snapshot{second}, list, "a failure changes no list")
+	})
 
-	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was):
-	// Delete removes its Jobs' credentials (and an earlier version's); the snapshots of every
-	// Cluster stay.
-	ghost := newCluster("ghost")
-	ghostNames := namesFor(NamespaceFor(ghost.UID))
-	creds := []string{ghostNames.shared, ghostNames.job, ghostNames.maintain, serveName(NamespaceFor(ghost.UID))}
-	for _, name := range creds {
-		require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}}))
-	}
-	gone, err := h.b.Delete(ctx, ghost)
-	require.NoError(t, err)
-	assert.True(t, gone)
-	for _, name := range creds {
-		assertNoSecret(t, name, "the credential goes with its Cluster")
-	}
-	get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
+	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was).
+	t.Run("Delete removes its Jobs' credentials (and an earlier version's); the snapshots of every Cluster stay", func(t *testing.T) {
+		ghost := newCluster("ghost")
+		ghostNames := namesFor(NamespaceFor(ghost.UID))
+		creds := []string{ghostNames.shared, ghostNames.job, ghostNames.maintain, serveName(NamespaceFor(ghost.UID))}
+		for _, name := range creds {
+			require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}}))
+		}
+		gone, err := h.b.Delete(ctx, ghost)
+		require.NoError(t, err)
+		assert.True(t, gone)
+		for _, name := range creds {
+			assertNoSecret(t, name, "the credential goes with its Cluster")
+		}
+		get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
+	})
 }
 
 // selects reports whether sel selects labels.
