@@ -54,7 +54,8 @@ const (
 	// ReasonBackupUnavailable: the backend cannot take snapshots of this cluster (say why).
 	ReasonBackupUnavailable = "BackupUnavailable"
 	// ReasonSnapshotInProgress: the backend takes the snapshot in the background (the hosted
-	// backend's Jobs); Snapshot returns it once it is done, when called again.
+	// backend's Jobs); Snapshot returns it once it is done, when called again. The backend
+	// notifies the Cluster when it is done (Notify): the caller need not poll.
 	ReasonSnapshotInProgress = "SnapshotInProgress"
 )
 

@@ -450,7 +450,8 @@ func TestOwnedNamespaces(t *testing.T) {
 }
 
 // TestHostedReads: deploy/hosted's ServiceAccount may read and delete its own PriorityClass (to
-// replace an earlier version's) and read the host API server's Service and EndpointSlices; RBAC
+// replace an earlier version's), read the host API server's Service and EndpointSlices, and
+// watch Jobs (the backend's cache: a Job's end notifies its Cluster); RBAC
 // refuses the same of any other PriorityClass or namespace.
 func TestHostedReads(t *testing.T) {
 	ctx := t.Context()
@@ -476,6 +477,16 @@ func TestHostedReads(t *testing.T) {
 		},
 		"read the host API server's Service": func() error {
 			return op.Get(ctx, client.ObjectKey{Namespace: "default", Name: "kubernetes"}, &corev1.Service{})
+		},
+		"list and watch the Jobs (a Job's end notifies its Cluster)": func() error {
+			if err := op.List(ctx, &batchv1.JobList{}); err != nil {
+				return err
+			}
+			w, err := cs.BatchV1().Jobs("").Watch(ctx, metav1.ListOptions{})
+			if err == nil {
+				w.Stop()
+			}
+			return err
 		},
 	} {
 		assert.NoError(t, do(), what)

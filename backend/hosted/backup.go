@@ -20,7 +20,6 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
-	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 )
 
@@ -77,57 +76,56 @@ func (s *Spec) backupSpec() *Spec {
 	return &Spec{Namespace: BackupNamespace, Cluster: s.Cluster, Image: s.Image, StorageClassName: s.StorageClassName, StorageSize: s.StorageSize}
 }
 
+// snapshotJobs are the snapshot Jobs (task.go): one at a time per control plane; a failed one is
+// tried again when the Cluster controller asks again.
+var snapshotJobs = jobKind{what: "snapshot", component: ComponentSnapshot, name: func(ns string) string { return namesFor(ns).job },
+	deadline: snapshotDeadline, leaf: clientLeaf}
+
 // Snapshot takes a snapshot of cl's etcd with a Job on its host. The Job runs for a while: while it
-// does, Snapshot returns an error of reason ReasonSnapshotInProgress (call again); once it ended,
-// the snapshot it took, or why it failed.
+// does, Snapshot returns an error of reason ReasonSnapshotInProgress (call again: the Job's end
+// notifies the Cluster); once it ended, the snapshot it took, or why it failed.
 func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (backend.Snapshot, error) {
 	h, s, version, err := b.backupTarget(ctx, cl)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
-	names := namesFor(s.Namespace)
-	job := &batchv1.Job{}
-	err = h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: names.job}, job)
+	t := b.task(snapshotJobs, h, s)
+	run, err := t.observe(ctx)
 	switch {
-	case apierrors.IsNotFound(err):
-		if err := b.startSnapshot(ctx, h, s, version, keep); err != nil {
+	case err != nil:
+		return backend.Snapshot{}, err
+	case run.job == nil:
+		if err := b.startSnapshot(ctx, t, version, keep); err != nil {
 			return backend.Snapshot{}, err
 		}
-		return backend.Snapshot{}, backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s/%s started", BackupNamespace, names.job)
-	case err != nil:
-		return backend.Snapshot{}, fmt.Errorf("reading Job %s/%s: %w", BackupNamespace, names.job, err)
+		return backend.Snapshot{}, inProgress(t, "started")
+	case !run.ended:
+		return backend.Snapshot{}, inProgress(t, "runs")
 	}
-	done, failed := jobEnded(job)
-	if !done {
-		if time.Since(job.CreationTimestamp.Time) > snapshotDeadline+time.Minute {
-			// Its deadline passed long ago and Kubernetes did not end it: end it here.
-			return backend.Snapshot{}, dropJob(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s did not end within %s", BackupNamespace, names.job, snapshotDeadline))
-		}
-		return backend.Snapshot{}, backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s/%s runs", BackupNamespace, names.job)
-	}
-	res, err := jobResult(ctx, h, job)
-	switch {
-	case err == nil && failed == "" && res.Snapshot != nil && res.Snapshot.Cluster == cl.UID:
-	case err == nil && res.Error != "":
-		err = errors.New(res.Error)
-	case err == nil && failed != "":
-		err = errors.New(failed)
-	case err == nil:
+	var res snapshotResult
+	err = t.result(ctx, run, &res)
+	if err == nil && (res.Snapshot == nil || res.Snapshot.Cluster != cl.UID) {
 		err = errors.New("it ended without a snapshot")
 	}
 	if err != nil {
-		return backend.Snapshot{}, dropJob(ctx, h, job, fmt.Errorf("the snapshot Job %s/%s failed: %w", BackupNamespace, names.job, err))
+		return backend.Snapshot{}, t.drop(ctx, fmt.Errorf("the snapshot Job %s failed: %w", t.key(), err))
 	}
 	res.Snapshot.Namespace = cl.Namespace // the Job does not know it; the catalog records it
 	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
 		return backend.Snapshot{}, err // the Job stays: harvested at the next call
 	}
-	if err := b.recordKeys(ctx, h, s, res.Snapshot.Name, job); err != nil {
+	if err := b.recordKeys(ctx, h, s, res.Snapshot.Name, run.job); err != nil {
 		// The Job stays: harvested again. Until then the snapshot counts as needing every key.
 		return backend.Snapshot{}, fmt.Errorf("recording the encryption keys snapshot %s needs: %w", res.Snapshot.Name, err)
 	}
 	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size)
-	return *res.Snapshot, dropJob(ctx, h, job, nil)
+	return *res.Snapshot, t.drop(ctx, nil)
+}
+
+// inProgress is the error of reason ReasonSnapshotInProgress for the snapshot Job of t that did
+// what (started, runs); its end notifies the Cluster.
+func inProgress(t task, what string) error {
+	return backend.Errorf(ReasonSnapshotInProgress, "the snapshot Job %s %s", t.key(), what)
 }
 
 // backupTarget is cl's host, the Spec of its control plane and its version, as recorded; an
@@ -153,58 +151,28 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 	return h, s, ps.Version, nil
 }
 
-// startSnapshot makes what the snapshot Job needs in BackupNamespace, its certificate among them,
-// and starts it.
-func (b *Backend) startSnapshot(ctx context.Context, h *host, s *Spec, version string, keep int) error {
-	bs := s.backupSpec()
-	job := bs.SnapshotJob(s.Namespace, version, keep)
-	sec, err := b.etcdClientSecret(ctx, h, s, job)
-	if err != nil {
+// startSnapshot prepares BackupNamespace, keeps the encryption keys beside the snapshots, makes
+// the snapshots' claim and starts the snapshot Job of t, which carries what its start saw of the
+// keys.
+func (b *Backend) startSnapshot(ctx context.Context, t task, version string, keep int) error {
+	bs := t.s.backupSpec()
+	if err := t.prepare(ctx); err != nil {
 		return err
 	}
-	mark, err := b.keepKeys(ctx, h, s)
+	mark, err := b.keepKeys(ctx, t.h, t.s)
 	if err != nil {
 		return fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot started): %w", err)
 	}
-	if err := h.createIfMissing(ctx, bs.SnapshotClaim(s.Namespace)); err != nil {
+	if err := t.h.createIfMissing(ctx, bs.SnapshotClaim(t.s.Namespace)); err != nil {
 		return err
 	}
 	seen, err := json.Marshal(mark)
 	if err != nil {
 		return err
 	}
+	job := bs.SnapshotJob(t.s.Namespace, version, keep)
 	job.Annotations[AnnotationSnapshotKeys] = string(seen)
-	if err := startJob(ctx, h, job, sec); err != nil {
-		return fmt.Errorf("starting the snapshot Job: %w", err)
-	}
-	return nil
-}
-
-// etcdCA is the etcd CA of the control plane of s (pki.go's, with the backend's lifetime), which
-// the certificates of the snapshot, maintenance and serve Jobs are issued by (jobcert.go).
-func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*certs.CA, error) {
-	ca, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca")
-	if err != nil {
-		return nil, err
-	}
-	ca.Lifetime = b.opts.Certificates
-	return ca, nil
-}
-
-// jobEnded reports whether job ended, and why it failed if it did.
-func jobEnded(job *batchv1.Job) (done bool, failed string) {
-	for _, c := range job.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return true, ""
-		case batchv1.JobFailed:
-			return true, fmt.Sprintf("%s: %s", c.Reason, c.Message)
-		}
-	}
-	return false, ""
+	return t.launch(ctx, job, nil)
 }
 
 // snapshotResult is what cmd/etcd-snapshot writes as its termination message.
@@ -212,20 +180,6 @@ type snapshotResult struct {
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
 	Removed  []string          `json:"removed,omitempty"`
 	Error    string            `json:"error,omitempty"`
-}
-
-// jobResult reads the termination message of job's pod.
-func jobResult(ctx context.Context, h *host, job *batchv1.Job) (snapshotResult, error) {
-	var res snapshotResult
-	err := podResult(ctx, h, job, &res)
-	return res, err
-}
-
-func imageOf(job *batchv1.Job) string {
-	if cs := job.Spec.Template.Spec.Containers; len(cs) > 0 {
-		return cs[0].Image
-	}
-	return ""
 }
 
 // Snapshots lists cl's snapshots, newest first, from its ConfigMap in BackupNamespace.
@@ -361,17 +315,8 @@ func (s *Spec) SnapshotJob(ns, version string, keep int) *batchv1.Job {
 			{Name: "pki", MountPath: pki, ReadOnly: true},
 		},
 	}})
-	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Volumes = append(pod.Volumes,
 		corev1.Volume{Name: "snapshots", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: names.claim}}},
-		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.job, DefaultMode: ptr.To[int32](0o440)}}})
-	return &batchv1.Job{
-		TypeMeta:   typeMeta("batch/v1", "Job"),
-		ObjectMeta: s.meta(names.job, ComponentSnapshot),
-		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To(int64(snapshotDeadline.Seconds())),
-			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentSnapshot), Spec: pod},
-		},
-	}
+		snapshotJobs.secretVolume("pki", ns))
+	return snapshotJobs.template(s, ns, pod)
 }

@@ -55,7 +55,9 @@
 // Snapshots (backup.go) are Jobs of the control plane's own image (cmd/etcd-snapshot) in the host's
 // namespace cluster-provider-backups, onto a claim per Cluster that outlives it; restores
 // (restore.go) serve a snapshot from there to an init container of etcd's pods. The snapshot,
-// maintenance (maintain.go) and serve Jobs each get a certificate of the control plane's etcd CA
+// maintenance (maintain.go) and serve Jobs run on one task runner (task.go: start, deadline,
+// result, backoff, cleanup); the host's cache watches them, so a Job's end notifies its Cluster.
+// Each gets a certificate of the control plane's etcd CA
 // made for that Job when it starts (jobcert.go): valid for the Job's deadline and 15 minutes,
 // never reused for another Job, in a Secret named after the Job, which the Job owns (the garbage
 // collector deletes it with the Job) and which the backend deletes once it read the Job's result.

@@ -312,7 +312,7 @@ func TestKeysKeptWrapped(t *testing.T) {
 	assert.NotEmpty(t, get(t, &batchv1.Job{}, BackupNamespace, names.job).Annotations[AnnotationSnapshotKeys], "the Job carries what its start saw")
 
 	first := taken("20261126T010000Z")
-	endJob(t, names.job, batchv1.JobComplete, result(first))
+	h.endJob(t, names.job, batchv1.JobComplete, result(first))
 	_, err = h.b.Snapshot(ctx, cl, 3)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{k[0].Name, k[1].Name}, keptNames(), "the earlier snapshot is listed: nothing goes")
@@ -325,7 +325,7 @@ func TestKeysKeptWrapped(t *testing.T) {
 	_, err = h.b.Snapshot(ctx, cl, 2)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	second := taken("20261126T020000Z")
-	endJob(t, names.job, batchv1.JobComplete, result(second, earlier.Name))
+	h.endJob(t, names.job, batchv1.JobComplete, result(second, earlier.Name))
 	_, err = h.b.Snapshot(ctx, cl, 2)
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{k[1].Name, k[2].Name}, keptNames())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -34,7 +35,7 @@ type host struct {
 	name string // "" for the platform, else the seed's Secret
 	// client reads and writes directly (Secrets are never cached).
 	client client.Client
-	// cache holds the backend's workloads, Services and pods (label-selected) and tells the
+	// cache holds the backend's workloads, Services, pods and Jobs (label-selected) and tells the
 	// backend of every change.
 	cache cache.Cache
 	// internal: the operator reaches the host's Services.
@@ -48,7 +49,7 @@ type host struct {
 }
 
 // watched are the kinds whose changes notify the backend.
-var watched = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}}
+var watched = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}, &batchv1.Job{}}
 
 // newHost makes the clients and watches of a host cluster; they stop with ctx.
 func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, internal bool) (*host, error) {

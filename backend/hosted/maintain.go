@@ -2,16 +2,17 @@ package hosted
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,7 +39,7 @@ import (
 //     maintainAgain: EtcdHealthy does not say a member is down for hours after it came back.
 const (
 	ComponentMaintain = "etcd-maintain"
-	maintainEvery     = 6 * time.Hour
+	maintainEvery     = backend.MaintenanceInterval
 	maintainAgain     = time.Minute
 	suspectAfter      = 30 * time.Second
 	// maintainDeadline bounds a maintenance Job: three defragmentations (etcdmaint's timeout each).
@@ -80,16 +81,23 @@ func (e *etcdHealth) part() *backend.Part {
 	return &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: e.Message}
 }
 
+// maintainJobs are the maintenance Jobs (task.go): after one that brought no report, the next
+// waits maintainAgain, twice as long after each such Job in a row, up to maintainEvery.
+var maintainJobs = jobKind{what: "etcd maintenance", component: ComponentMaintain, name: func(ns string) string { return namesFor(ns).maintain },
+	deadline: maintainDeadline, leaf: clientLeaf, retry: wait.Backoff{Duration: maintainAgain, Factor: 2, Steps: math.MaxInt32, Cap: maintainEvery}}
+
 // maintainEtcd starts a maintenance Job when one is due, and records the report of one that
-// ended. It returns how soon to look again (0: no sooner than otherwise). Nothing of it stops the
-// control plane from serving: a Job that cannot run is tried again later.
+// ended. It returns how soon to look again (0: no sooner than otherwise; a Job's end notifies the
+// Cluster). Nothing of it stops the control plane from serving: a Job that cannot run is tried
+// again later.
 func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, s *Spec, ps *providerStatus, serves bool) (time.Duration, error) {
+	t := b.task(maintainJobs, h, s)
 	if ps.Etcd == nil || !ps.Etcd.Running {
 		due, periodic, wait := b.maintenanceDue(ctx, h, s, ps, serves)
 		if !due {
 			return wait, nil
 		}
-		if err := b.startMaintenance(ctx, h, s, ps, periodic); err != nil {
+		if err := b.startMaintenance(ctx, t, ps, periodic); err != nil {
 			return 0, err
 		}
 		if ps.Etcd == nil {
@@ -98,64 +106,55 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 		ps.Etcd.Running = true
 		return 5 * time.Second, writeRecord(ctx, h, s, *ps)
 	}
-	name := namesFor(s.Namespace).maintain
-	job := &batchv1.Job{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: name}, job); apierrors.IsNotFound(err) {
+	run, err := t.observe(ctx)
+	switch {
+	case err != nil:
+		return 0, err
+	case run.job == nil:
 		ps.Etcd.Running = false // deleted by someone: due again
 		return time.Second, writeRecord(ctx, h, s, *ps)
-	} else if err != nil {
-		return 0, fmt.Errorf("reading Job %s/%s: %w", BackupNamespace, name, err)
-	}
-	done, failed := jobEnded(job)
-	age := time.Since(job.CreationTimestamp.Time)
-	if !done && age <= maintainDeadline+time.Minute {
-		return min(max(age/2, 3*time.Second), time.Minute), nil // most end within seconds
-	}
-	if !done {
-		failed = fmt.Sprintf("it did not end within %s", maintainDeadline)
+	case !run.ended:
+		return taskSafetyNet, nil // most end within seconds, and notify the Cluster
 	}
 	var r etcdmaint.Report
-	var err error
-	if failed == "" {
-		err = podResult(ctx, h, job, &r)
+	err = t.result(ctx, run, &r)
+	if err == nil && r.Unreachable {
+		err = errors.New(r.Message)
 	}
-	e := ps.Etcd
-	first := e.Checked.IsZero()
-	e.Running, e.Tried = false, time.Now().UTC().Truncate(time.Second)
-	switch {
-	case failed != "" || err != nil || r.Unreachable:
-		// Nothing learnt: the last report stands until the next Job.
-		why := failed
-		if err != nil {
-			why = err.Error()
-		} else if r.Unreachable {
-			why = r.Message
-		}
-		e.Failures++
-		b.opts.Logger.Info("An etcd maintenance Job learnt nothing; the next one tries again", "cluster", backend.RefOf(cl).String(), "why", why, "after", e.backoff().String())
-		if first {
-			e.Message = "etcd could not be checked yet: " + why
-		}
-	default:
-		e.Checked, e.Failures = e.Tried, 0
-		if first || job.Annotations[annotationPeriodic] == "true" {
-			e.Periodic = e.Checked // a new database needs no defragmentation
-		}
-		e.DBSize, e.Quota, e.NoSpace, e.FreedAt, e.Defragmented, e.Message = r.Largest(), r.Quota, r.NoSpace, r.FreedAt, r.Defragmented, r.Message
-		e.Down = nil
-		for _, m := range r.Members {
-			if m.Error != "" {
-				e.Down = append(e.Down, m.Name)
-			}
-		}
-		if r.Disarmed || len(r.Defragmented) > 0 {
-			b.opts.Logger.Info("Maintained a hosted etcd", "cluster", backend.RefOf(cl).String(), "disarmed", r.Disarmed, "defragmented", r.Defragmented, "bytes", r.Largest())
-		}
-	}
+	b.recordReport(cl, ps.Etcd, run.job, r, err)
 	if err := writeRecord(ctx, h, s, *ps); err != nil {
 		return 0, err // the Job stays: harvested at the next call
 	}
-	return 0, dropJob(ctx, h, job, nil)
+	return 0, t.drop(ctx, nil)
+}
+
+// recordReport records in e what the maintenance Job job brought: its report r, or why it brought
+// none (failed: the last report stands until the next Job).
+func (b *Backend) recordReport(cl *clustersv1alpha1.Cluster, e *etcdHealth, job *batchv1.Job, r etcdmaint.Report, failed error) {
+	first := e.Checked.IsZero()
+	e.Running, e.Tried = false, time.Now().UTC().Truncate(time.Second)
+	if failed != nil {
+		e.Failures++
+		b.opts.Logger.Info("An etcd maintenance Job learnt nothing; the next one tries again", "cluster", backend.RefOf(cl).String(), "why", failed.Error(), "after", e.backoff().String())
+		if first {
+			e.Message = "etcd could not be checked yet: " + failed.Error()
+		}
+		return
+	}
+	e.Checked, e.Failures = e.Tried, 0
+	if first || job.Annotations[annotationPeriodic] == "true" {
+		e.Periodic = e.Checked // a new database needs no defragmentation
+	}
+	e.DBSize, e.Quota, e.NoSpace, e.FreedAt, e.Defragmented, e.Message = r.Largest(), r.Quota, r.NoSpace, r.FreedAt, r.Defragmented, r.Message
+	e.Down = nil
+	for _, m := range r.Members {
+		if m.Error != "" {
+			e.Down = append(e.Down, m.Name)
+		}
+	}
+	if r.Disarmed || len(r.Defragmented) > 0 {
+		b.opts.Logger.Info("Maintained a hosted etcd", "cluster", backend.RefOf(cl).String(), "disarmed", r.Disarmed, "defragmented", r.Defragmented, "bytes", r.Largest())
+	}
 }
 
 // maintenanceDue reports whether a maintenance Job is due now, whether it is the periodic one,
@@ -191,11 +190,10 @@ func (b *Backend) maintenanceDue(ctx context.Context, h *host, s *Spec, ps *prov
 	return false, false, max(wait, time.Second)
 }
 
-// backoff is the least time between the end of a Job and the start of the next: maintainAgain, twice as long after each Job in a row without a report (an
-// image without etcd-snapshot maintain, etcd out of reach), up to maintainEvery.
-func (e *etcdHealth) backoff() time.Duration {
-	return min(maintainAgain<<min(e.Failures, 10), maintainEvery)
-}
+// backoff is the least time between the end of a Job and the start of the next: maintainAgain,
+// twice as long after each Job in a row without a report (an image without etcd-snapshot
+// maintain, etcd out of reach), up to maintainEvery.
+func (e *etcdHealth) backoff() time.Duration { return maintainJobs.backoff(e.Failures) }
 
 // etcdSuspect reports whether an etcd member runs, has started, and has not been ready for
 // suspectAfter: what a NOSPACE alarm looks like from outside (etcd's readiness check fails on it).
@@ -237,29 +235,19 @@ func started(p corev1.Pod, container string) bool {
 // annotationPeriodic marks the maintenance Job of the periodic pass.
 const annotationPeriodic = "hosted.clusters.openmcp.cloud/periodic"
 
-// startMaintenance makes what a maintenance Job needs in BackupNamespace, its certificate among
-// them, and starts it.
-func (b *Backend) startMaintenance(ctx context.Context, h *host, s *Spec, ps *providerStatus, periodic bool) error {
+// startMaintenance starts the maintenance Job of t, the periodic pass or not.
+func (b *Backend) startMaintenance(ctx context.Context, t task, ps *providerStatus, periodic bool) error {
 	var freedAt int64
 	if ps.Etcd != nil {
 		freedAt = ps.Etcd.FreedAt
 	}
-	job := s.backupSpec().MaintenanceJob(s, periodic, freedAt)
-	sec, err := b.etcdClientSecret(ctx, h, s, job)
-	if err != nil {
-		return err
-	}
-	if err := startJob(ctx, h, job, sec); err != nil {
-		return fmt.Errorf("starting the etcd maintenance Job: %w", err)
-	}
-	return nil
+	return t.start(ctx, t.s.backupSpec().MaintenanceJob(t.s, periodic, freedAt), nil)
 }
 
 // MaintenanceJob is the Job (in BackupNamespace: s is a backupSpec) of one maintenance pass over
 // the etcd members of cp's control plane, with the etcd client certificate in the Secret of its
 // own name.
 func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.Job {
-	names := namesFor(cp.Namespace)
 	const pki = "/etc/etcd/pki"
 	args := []string{"maintain", "--quota=" + strconv.FormatInt(cp.etcdQuota(), 10), "--freed-at=" + strconv.FormatInt(freedAt, 10),
 		"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"}
@@ -284,37 +272,8 @@ func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.J
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: "pki", MountPath: pki, ReadOnly: true}},
 	}})
-	pod.RestartPolicy = corev1.RestartPolicyNever
-	pod.Volumes = append(pod.Volumes,
-		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: names.maintain, DefaultMode: ptr.To[int32](0o440)}}})
-	m := s.meta(names.maintain, ComponentMaintain)
-	m.Annotations[annotationPeriodic] = strconv.FormatBool(periodic)
-	return &batchv1.Job{
-		TypeMeta:   typeMeta("batch/v1", "Job"),
-		ObjectMeta: m,
-		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To(int64(maintainDeadline.Seconds())),
-			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentMaintain), Spec: pod},
-		},
-	}
-}
-
-// podResult decodes the termination message of job's pod into out.
-func podResult(ctx context.Context, h *host, job *batchv1.Job, out any) error {
-	pods := &corev1.PodList{}
-	if err := h.client.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.ControllerUidLabel: string(job.UID)}); err != nil {
-		return err
-	}
-	for _, p := range pods.Items {
-		for _, c := range p.Status.ContainerStatuses {
-			if t := c.State.Terminated; t != nil && t.Message != "" {
-				if err := json.Unmarshal([]byte(t.Message), out); err != nil {
-					return fmt.Errorf("its pod %s says %q", p.Name, t.Message)
-				}
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("its pod left no result (the control-plane image %s may lack %s: rebuild it with make controlplane-image)", imageOf(job), binDir+"etcd-snapshot")
+	pod.Volumes = append(pod.Volumes, maintainJobs.secretVolume("pki", cp.Namespace))
+	job := maintainJobs.template(s, cp.Namespace, pod)
+	job.Annotations[annotationPeriodic] = strconv.FormatBool(periodic)
+	return job
 }

@@ -10,7 +10,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,35 +176,7 @@ func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alp
 	}
 	switch run.Phase {
 	case restoreServe:
-		job, err := b.ensureServe(ctx, h, s, run)
-		if err != nil {
-			return "", err
-		}
-		done, failed := jobEnded(job)
-		if done {
-			res, err := jobResult(ctx, h, job)
-			why := failed
-			switch {
-			case err != nil:
-				why = err.Error()
-			case res.Error != "":
-				why = res.Error
-			}
-			if why != "" {
-				if run.PreviousDataDir != "" {
-					why += "; nothing changed"
-				}
-				return fail(fmt.Sprintf("the snapshot serve of %s failed: %s", run.Snapshot.Ref(), why))
-			}
-			// It served every member already (a new cluster's pods fetch from their start).
-		} else if job.Status.Ready == nil || *job.Status.Ready == 0 {
-			return msg + ": its snapshot is checked and served (Job " + BackupNamespace + "/" + job.Name + ").", nil
-		}
-		// The serve checked the snapshot and serves it: etcd goes to the new data folder.
-		run.Phase = restoreEtcd
-		ps.EtcdDataDir = run.DataDir
-		ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(s.Namespace), SHA256: run.Snapshot.SHA256}
-		return msg + ": etcd's pods restore it into " + run.DataDir + ".", nil
+		return b.serveStep(ctx, h, s, ps, msg, fail)
 	case restoreEtcd:
 		if _, err := b.ensureServe(ctx, h, s, run); err != nil {
 			return "", err
@@ -238,6 +209,34 @@ func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alp
 		return "", b.endServe(ctx, h, s.Namespace)
 	}
 	return "", fmt.Errorf("the record of %s holds a restore in an unknown step %q", s.Namespace, run.Phase)
+}
+
+// serveStep is the first step of ps.Restore: its serve is made, and once it serves the snapshot
+// (its readiness: it checked the snapshot before it listens), etcd goes to the new data folder; a
+// serve that failed fails the restore.
+func (b *Backend) serveStep(ctx context.Context, h *host, s *Spec, ps *providerStatus, msg string, fail func(string) (string, error)) (string, error) {
+	run := ps.Restore
+	serve, err := b.ensureServe(ctx, h, s, run)
+	if err != nil {
+		return "", err
+	}
+	if serve.ended {
+		if err := b.task(serveJobs, h, s).result(ctx, serve, &snapshotResult{}); err != nil {
+			why := err.Error()
+			if run.PreviousDataDir != "" {
+				why += "; nothing changed"
+			}
+			return fail(fmt.Sprintf("the snapshot serve of %s failed: %s", run.Snapshot.Ref(), why))
+		}
+		// It served every member already (a new cluster's pods fetch from their start).
+	} else if ptr.Deref(serve.job.Status.Ready, 0) == 0 {
+		return msg + ": its snapshot is checked and served (Job " + BackupNamespace + "/" + serve.job.Name + ").", nil
+	}
+	// The serve checked the snapshot and serves it: etcd goes to the new data folder.
+	run.Phase = restoreEtcd
+	ps.EtcdDataDir = run.DataDir
+	ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(s.Namespace), SHA256: run.Snapshot.SHA256}
+	return msg + ": etcd's pods restore it into " + run.DataDir + ".", nil
 }
 
 // prevDir is the record's EtcdDataDir for data folder dir.
@@ -289,54 +288,45 @@ func serveURL(ns string) string {
 	return fmt.Sprintf("https://%s.%s.svc:%d/snapshot", serveName(ns), BackupNamespace, portServe)
 }
 
-// ensureServe makes the serve of run's snapshot for the control plane of s: the token (in
-// BackupNamespace for the serve, in the control plane's namespace for its etcd pods), the serve's
-// certificate (of the control plane's etcd CA, which its etcd pods trust; made for this Job and
-// valid for its deadline and a margin: jobcert.go), its Service and Job.
-func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restoreRun) (*batchv1.Job, error) {
-	name := serveName(s.Namespace)
-	job := &batchv1.Job{}
-	err := h.client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: name}, job)
-	if err == nil {
-		return job, nil
-	} else if !apierrors.IsNotFound(err) {
-		return nil, err
-	}
-	bs := s.backupSpec()
-	for _, obj := range []client.Object{bs.BackupNamespaceObject(), bs.BackupNetworkPolicy(), bs.ServeService()} {
-		if err := h.apply(ctx, obj); err != nil {
-			return nil, err
-		}
+// serveJobs are the serves of restores (task.go): one per restore, kept until it ends (endServe).
+var serveJobs = jobKind{what: "snapshot serve", component: ComponentServe, name: serveName, deadline: restoreTimeout + 5*time.Minute, leaf: serveLeaf}
+
+// serveLeaf is the serve's certificate: of the restored control plane's etcd CA, which its etcd
+// pods trust, for the serve's Service.
+func serveLeaf(ns string) certs.Leaf {
+	name := serveName(ns)
+	return certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+}
+
+// ensureServe makes the serve of run's snapshot for the control plane of s, unless it runs: the
+// token (in BackupNamespace for the serve, in the control plane's namespace for its etcd pods), the
+// serve's certificate (made for its Job: task.go), its Service and Job.
+func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restoreRun) (jobRun, error) {
+	t := b.task(serveJobs, h, s)
+	serve, err := t.observe(ctx)
+	if err != nil || serve.job != nil {
+		return serve, err
 	}
 	token := make([]byte, 32)
 	if _, err := rand.Read(token); err != nil {
-		return nil, err
+		return serve, err
 	}
 	tok := []byte(hex.EncodeToString(token))
-	ca, err := b.etcdCA(ctx, h, s)
-	if err != nil {
-		return nil, err
-	}
-	job = bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
-	cert, key, err := ca.Issue(certs.Leaf{CommonName: name, Hosts: []string{name + "." + BackupNamespace + ".svc"}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		Validity: jobCertValidity(job)})
-	if err != nil {
-		return nil, err
-	}
 	// Made anew for each serve: a token of an earlier restore is worth nothing. The etcd pods'
 	// copy is in another namespace than the Job, so it cannot be the Job's: endServe deletes it.
 	etcdCopy := &corev1.Secret{TypeMeta: typeMeta("v1", "Secret"), ObjectMeta: s.meta(SecretRestoreToken, ComponentEtcd), Data: map[string][]byte{"token": tok}}
 	if err := h.client.Delete(ctx, etcdCopy); client.IgnoreNotFound(err) != nil {
-		return nil, err
+		return serve, err
 	}
 	if err := h.client.Create(ctx, etcdCopy); err != nil {
-		return nil, fmt.Errorf("creating Secret %s/%s: %w", etcdCopy.Namespace, etcdCopy.Name, err)
+		return serve, fmt.Errorf("creating Secret %s/%s: %w", etcdCopy.Namespace, etcdCopy.Name, err)
 	}
-	sec := &corev1.Secret{ObjectMeta: bs.meta(name, ComponentServe), Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "token": tok}}
-	if err := startJob(ctx, h, job, sec); err != nil {
-		return nil, fmt.Errorf("starting the snapshot serve Job: %w", err)
+	bs := s.backupSpec()
+	job := bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
+	if err := t.start(ctx, job, map[string][]byte{"token": tok}, bs.ServeService()); err != nil {
+		return serve, err
 	}
-	return job, nil
+	return t.status(job), nil
 }
 
 // endServe removes a restore's serve, its Service and both copies of its token.
@@ -371,7 +361,6 @@ func (s *Spec) ServeService() *corev1.Service {
 // ServeJob serves snap (from the claim of the Cluster it is of) to the members etcd pods of the
 // control plane in namespace ns, then ends.
 func (s *Spec) ServeJob(ns string, snap backend.Snapshot, members int) *batchv1.Job {
-	name := serveName(ns)
 	const tlsMount = "/etc/serve"
 	pod := s.podSpec(ComponentServe, []corev1.Container{{
 		Name:    ComponentServe,
@@ -392,18 +381,9 @@ func (s *Spec) ServeJob(ns string, snap backend.Snapshot, members int) *batchv1.
 			{Name: "serve", MountPath: tlsMount, ReadOnly: true},
 		},
 	}})
-	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Volumes = append(pod.Volumes,
 		corev1.Volume{Name: "snapshots", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{
 			ClaimName: namesFor(NamespaceFor(snap.Cluster)).claim, ReadOnly: true}}},
-		corev1.Volume{Name: "serve", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: name, DefaultMode: ptr.To[int32](0o440)}}})
-	return &batchv1.Job{
-		TypeMeta:   typeMeta("batch/v1", "Job"),
-		ObjectMeta: s.meta(name, ComponentServe),
-		Spec: batchv1.JobSpec{
-			BackoffLimit:          ptr.To[int32](0),
-			ActiveDeadlineSeconds: ptr.To(int64((restoreTimeout + 5*time.Minute).Seconds())),
-			Template:              corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentServe), Spec: pod},
-		},
-	}
+		serveJobs.secretVolume("serve", ns))
+	return serveJobs.template(s, ns, pod)
 }

@@ -16,10 +16,9 @@ import (
 //   - NOSPACE: each check (at a new revision) compacts, defragments and, once the database is
 //     below etcdmaint.DisarmAt of the quota, disarms; until then State.Etcd is not Ready (reason
 //     EtcdNoSpace) and says how to free space.
-//   - A fragmented database is defragmented at most once every defragEvery: the single member
-//     pauses for as long as it takes (tens of milliseconds for a small database).
+//   - A fragmented database is defragmented at most once every backend.MaintenanceInterval: the
+//     single member pauses for as long as it takes (tens of milliseconds for a small database).
 const (
-	defragEvery = 6 * time.Hour
 	// ReasonEtcdNoSpace: etcd's database reached its quota; it takes no writes.
 	ReasonEtcdNoSpace = backend.ReasonEtcdNoSpace
 )
@@ -28,7 +27,7 @@ const (
 // the part to report: nil while etcd is fine.
 func (in *instance) keepEtcdHealthy(ctx context.Context) *backend.Part {
 	in.mu.Lock()
-	policy := etcdmaint.Policy{Quota: in.b.opts.Tuning.etcdQuota(), Defrag: time.Since(in.defragged) >= defragEvery, FreedAt: in.freedAt}
+	policy := etcdmaint.Policy{Quota: in.b.opts.Tuning.etcdQuota(), Defrag: time.Since(in.defragged) >= backend.MaintenanceInterval, FreedAt: in.freedAt}
 	in.mu.Unlock()
 	member := etcdmaint.Member{Name: "etcd", URL: "http://etcd", Client: in.etcdMaint, Timeout: probeTimeout}
 	r := etcdmaint.Maintain(ctx, []etcdmaint.Member{member}, policy, func(msg string, kv ...any) { in.log.Info(msg, kv...) })

@@ -37,8 +37,9 @@ const (
 // retryBackup is how soon a failed snapshot, or one the cluster was not ready for, is tried again.
 const retryBackup = time.Minute
 
-// snapshotPoll is how soon a snapshot the backend takes in the background is asked for again.
-const snapshotPoll = 3 * time.Second
+// snapshotSafetyNet is how soon a snapshot the backend takes in the background is asked for again
+// should its end not notify the Cluster (backend.ReasonSnapshotInProgress: the backend notifies).
+const snapshotSafetyNet = 30 * time.Second
 
 var (
 	metricBackupTime = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -130,7 +131,7 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 		snap, err := bk.Snapshot(ctx, cl, keep)
 		switch {
 		case backend.IsReason(err, backend.ReasonSnapshotInProgress):
-			out.requeue = snapshotPoll // the backend takes it in the background
+			out.requeue = snapshotSafetyNet // the backend takes it in the background and notifies
 		case err != nil:
 			out.failed = err
 			metricBackupFailures.WithLabelValues(refName(cl)).Inc()
