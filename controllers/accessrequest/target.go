@@ -42,6 +42,10 @@ type target struct {
 func (r *Reconciler) target(admin *rest.Config) (target, error) {
 	cfg := rest.CopyConfig(admin)
 	cfg.WrapTransport = r.Options.WrapTransport
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	// One transport for both clients, as a clientset shares one between its API groups.
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return target{}, fmt.Errorf("a client for the cluster: %w", err)
@@ -79,11 +83,11 @@ var kinds = []kind{
 	{name: "Namespace", resource: corev1.SchemeGroupVersion.WithResource("namespaces")},
 }
 
-// kindOfObject is the entry of kinds for obj.
-func kindOfObject(obj object) (kind, error) {
-	i := slices.IndexFunc(kinds, func(k kind) bool { return k.name == kindOf(obj.obj) })
+// kindOfObject is the entry of kinds for o.
+func kindOfObject(o object) (kind, error) {
+	i := slices.IndexFunc(kinds, func(k kind) bool { return k.name == kindOf(o.obj) })
 	if i < 0 {
-		return kind{}, fmt.Errorf("cannot write kind %q", kindOf(obj.obj))
+		return kind{}, fmt.Errorf("cannot write kind %q", kindOf(o.obj))
 	}
 	return kinds[i], nil
 }

@@ -190,7 +190,7 @@ func (p *plan) meta(name, namespace string) metav1.ObjectMeta {
 // render is everything the plan makes the cluster hold, as one list in the order it is written:
 // the namespaces (the ServiceAccount's, then the permissions', each once), the ServiceAccount,
 // then the roles and their bindings.
-func (p *plan) render() []object {
+func (p plan) render() []object {
 	var list []object
 	namespace := func(name string) {
 		if slices.ContainsFunc(list, func(o object) bool { return o.meta.Name == name }) {
