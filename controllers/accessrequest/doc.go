@@ -6,12 +6,14 @@
 //
 // It grants spec.token requests in the cluster spec.clusterRef names, reached as the provider's
 // administrator through the backend's AdminConfig: a ServiceAccount in the access namespace, a
-// (Cluster)Role and binding per permission, a binding per roleRef, each written with one
-// server-side apply and labelled with RequestID, a stable hash of the request; then a
-// TokenRequest token, written with the cluster's endpoint and CA as a kubeconfig into a Secret
-// owned by the request (SecretName). Objects of the request that its spec no longer asks for are
-// found by that label and deleted; a restart in the middle of a grant repeats it without
-// duplicates. The Secret is written before the status and records the generation it was granted
+// (Cluster)Role and binding per permission, a binding per roleRef, labelled with RequestID, a
+// stable hash of the request; then a TokenRequest token, written with the cluster's endpoint and
+// CA as a kubeconfig into a Secret owned by the request (SecretName). What a request asks for is a
+// pure plan (token.go), rendered as one list of objects; target.go writes it with one applier
+// (a forced server-side apply per object, namespaces only created when missing) and one prune
+// over a table of kinds: objects with the request's label that the list does not hold are
+// deleted, and revoking is pruning to an empty list. A restart in the middle of a grant repeats
+// it without duplicates. The Secret is written before the status and records the generation it was granted
 // for, so a reconcile that reads a stale request from the cache never grants twice.
 //
 // A granted request costs nothing until its token is due (80 % of its validity, a RequeueAfter),

@@ -15,10 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/transport"
-	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,60 +30,9 @@ import (
 // +kubebuilder:rbac:groups=clusters.openmcp.cloud,resources=accessrequests/status,verbs=get;patch;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;patch;update;delete
 
-// Defaults of Options.
-const (
-	DefaultNamespace     = "openmcp-access"
-	DefaultTokenValidity = 720 * time.Hour
-	DefaultGrantCheck    = 10 * time.Minute
-)
-
 // retryNamespace is how soon a request waiting for a namespace in the cluster (which the
 // provider cannot watch) is looked at again.
 const retryNamespace = 30 * time.Second
-
-// Options configure the AccessRequest reconcilers of every profile. Zero values take the defaults
-// named.
-type Options struct {
-	// Environment is --environment; it is part of every RequestID.
-	Environment string
-	// Namespace is --access-namespace: the clusters' namespace of the ServiceAccounts. Default
-	// DefaultNamespace.
-	Namespace string
-	// TokenValidity is --token-validity: how long a token is valid (the request's TTL may end it
-	// sooner). Default DefaultTokenValidity.
-	TokenValidity time.Duration
-	// GrantCheck is how often a Granted request checks that its cluster still holds what was
-	// made for it (its ServiceAccount, roles and bindings: a cluster restored, replaced or
-	// tampered with), and grants it again where not. Default DefaultGrantCheck; the Cluster's
-	// changes (an upgrade, a restart) bring its requests back sooner.
-	GrantCheck time.Duration
-	// Clock tells the time for token validity and rotation. Default the real clock.
-	Clock clock.PassiveClock
-	// WrapTransport wraps the transport of every request to a cluster (tests count them).
-	WrapTransport transport.WrapperFunc
-	// SecretReader reads a request's kubeconfig Secret from the API server when the cache, which
-	// holds only the Secrets the provider labelled, has none: a Secret of that name made by someone
-	// else must be seen, so that it is never written or deleted. The operator sets the manager's
-	// API reader; nil reads the cache only.
-	SecretReader client.Reader
-}
-
-// WithDefaults returns o with its defaults filled in.
-func (o Options) WithDefaults() Options {
-	if o.Namespace == "" {
-		o.Namespace = DefaultNamespace
-	}
-	if o.TokenValidity <= 0 {
-		o.TokenValidity = DefaultTokenValidity
-	}
-	if o.Clock == nil {
-		o.Clock = clock.RealClock{}
-	}
-	if o.GrantCheck <= 0 {
-		o.GrantCheck = DefaultGrantCheck
-	}
-	return o
-}
 
 // Reconciler reconciles the AccessRequests of one ClusterProfile.
 type Reconciler struct {
@@ -226,17 +172,6 @@ func clientHost(cl *clustersv1alpha1.Cluster, admin *rest.Config) string {
 		return cl.Status.APIServer
 	}
 	return admin.Host
-}
-
-// target is a client of the cluster that admin reaches, as the provider's admin.
-func (r *Reconciler) target(admin *rest.Config) (target, error) {
-	cfg := rest.CopyConfig(admin)
-	cfg.WrapTransport = r.Options.WrapTransport
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return target{}, fmt.Errorf("a client for the cluster: %w", err)
-	}
-	return target{cs: cs}, nil
 }
 
 // stillGranted reports whether the cluster holds everything of p, made for the granted request of

@@ -6,15 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -25,109 +32,153 @@ const FieldManager = "cluster-provider"
 
 // target is the cluster an AccessRequest grants access to, reached as the provider's admin.
 type target struct {
+	// dyn reads, applies and deletes the objects of every kind in kinds.
+	dyn dynamic.Interface
+	// cs asks for ServiceAccount tokens.
 	cs kubernetes.Interface
 }
 
-// grant makes the cluster hold exactly what p asks for: the access namespace and the
-// ServiceAccount (token plans), the permissions' namespaces and the (Cluster)Roles and bindings, each written
-// with one server-side apply. Unless fresh (nothing was ever made for this request), objects of
-// the request that p no longer asks for are deleted. Errors the user must fix carry a reason.
+// target is a client of the cluster that admin reaches, as the provider's admin.
+func (r *Reconciler) target(admin *rest.Config) (target, error) {
+	cfg := rest.CopyConfig(admin)
+	cfg.WrapTransport = r.Options.WrapTransport
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	// One transport for both clients, as a clientset shares one between its API groups.
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return target{}, fmt.Errorf("a client for the cluster: %w", err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return target{}, fmt.Errorf("a client for the cluster: %w", err)
+	}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return target{}, fmt.Errorf("a client for the cluster: %w", err)
+	}
+	return target{dyn: dyn, cs: cs}, nil
+}
+
+// kind is how the target writes, finds and deletes the objects of one kind.
+type kind struct {
+	name     string
+	resource schema.GroupVersionResource
+	// owned: each object is one request's own, labelled with its RequestID: written with a
+	// forced server-side apply, deleted when the request no longer renders it (prune), and
+	// checked by missing. An object of a kind not owned (a namespace) is created when missing
+	// and left alone after: others may put their objects into it.
+	owned bool
+}
+
+// kinds are the kinds of the objects a plan renders, in the order prune deletes them: bindings
+// before the roles they bind, the ServiceAccount after the bindings that name it.
+var kinds = []kind{
+	{name: "RoleBinding", resource: rbacv1.SchemeGroupVersion.WithResource("rolebindings"), owned: true},
+	{name: "ClusterRoleBinding", resource: rbacv1.SchemeGroupVersion.WithResource("clusterrolebindings"), owned: true},
+	{name: "Role", resource: rbacv1.SchemeGroupVersion.WithResource("roles"), owned: true},
+	{name: "ClusterRole", resource: rbacv1.SchemeGroupVersion.WithResource("clusterroles"), owned: true},
+	{name: "ServiceAccount", resource: corev1.SchemeGroupVersion.WithResource("serviceaccounts"), owned: true},
+	{name: "Namespace", resource: corev1.SchemeGroupVersion.WithResource("namespaces")},
+}
+
+// kindOfObject is the entry of kinds for o.
+func kindOfObject(o object) (kind, error) {
+	i := slices.IndexFunc(kinds, func(k kind) bool { return k.name == kindOf(o.obj) })
+	if i < 0 {
+		return kind{}, fmt.Errorf("cannot write kind %q", kindOf(o.obj))
+	}
+	return kinds[i], nil
+}
+
+// resource is the client of the objects of kind k in namespace (all namespaces, or cluster-scoped
+// objects, for "").
+func (t target) resource(k kind, namespace string) dynamic.ResourceInterface {
+	return t.dyn.Resource(k.resource).Namespace(namespace)
+}
+
+// grant makes the cluster hold exactly what p renders: its namespaces, created if missing, and
+// its ServiceAccount (token plans), (Cluster)Roles and bindings, each written with one
+// server-side apply. Unless fresh (nothing was ever made for this request), objects of the
+// request that p no longer renders are deleted. Errors the user must fix carry a reason.
 func (t target) grant(ctx context.Context, p plan, fresh bool) error {
 	if err := p.check(); err != nil {
 		return err
 	}
-	if sa := p.serviceAccount; sa != nil {
-		if err := t.ensureNamespace(ctx, sa.Namespace); err != nil {
+	for _, o := range p.render() {
+		if err := t.apply(ctx, p.id, o); err != nil {
 			return err
-		}
-		if err := t.apply(ctx, "ServiceAccount", sa.Namespace, sa.Name, sa); err != nil {
-			return fmt.Errorf("applying ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
-		}
-	}
-	for _, ns := range p.namespaces {
-		if err := t.ensureNamespace(ctx, ns); err != nil {
-			return err
-		}
-	}
-	for _, o := range p.objects {
-		if o.userNamed {
-			if err := t.checkName(ctx, p.id, kindOf(o.obj), o.meta.Namespace, o.meta.Name); err != nil {
-				return err
-			}
-		}
-		if err := t.apply(ctx, kindOf(o.obj), o.meta.Namespace, o.meta.Name, o.obj); err != nil {
-			return explain(err, kindOf(o.obj), o.meta.Namespace, o.meta.Name)
 		}
 	}
 	if fresh {
 		return nil
 	}
-	return t.prune(ctx, p.id, p.wants)
+	return t.prune(ctx, p)
 }
 
-// revoke deletes everything made for the request with id; the ServiceAccount's deletion
-// invalidates its tokens.
+// revoke deletes everything made for the request with id: it prunes to an empty plan. The
+// ServiceAccount's deletion invalidates its tokens.
 func (t target) revoke(ctx context.Context, id string) error {
-	if err := t.prune(ctx, id, func(string, string, string) bool { return false }); err != nil {
+	return t.prune(ctx, plan{id: id})
+}
+
+// apply writes o for the request with id. An object of an owned kind is written with a forced
+// server-side apply as FieldManager, after checking that a name the user chose is not taken by
+// someone else's object (checkName); one of a kind not owned is created unless it exists.
+func (t target) apply(ctx context.Context, id string, o object) error {
+	k, err := kindOfObject(o)
+	if err != nil {
 		return err
 	}
-	sel := metav1.ListOptions{LabelSelector: LabelRequestID + "=" + id}
-	sas, err := t.cs.CoreV1().ServiceAccounts("").List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("listing the ServiceAccounts of the request: %w", err)
-	}
-	for _, sa := range sas.Items {
-		if err := t.cs.CoreV1().ServiceAccounts(sa.Namespace).Delete(ctx, sa.Name, metav1.DeleteOptions{}); client404(err) != nil {
-			return fmt.Errorf("deleting ServiceAccount %s/%s: %w", sa.Namespace, sa.Name, err)
+	ns, name := o.meta.Namespace, o.meta.Name
+	if !k.owned {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o.obj)
+		if err != nil {
+			return err
 		}
+		_, err = t.resource(k, ns).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{FieldManager: FieldManager})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return explain(fmt.Errorf("creating %s %s: %w", strings.ToLower(k.name), qualified(ns, name), err), k.name, ns, name)
+		}
+		return nil
+	}
+	if o.userNamed {
+		if err := t.checkName(ctx, id, k, ns, name); err != nil {
+			return err
+		}
+	}
+	data, err := json.Marshal(o.obj)
+	if err != nil {
+		return err
+	}
+	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
+	if _, err := t.resource(k, ns).Patch(ctx, name, types.ApplyPatchType, data, opts); err != nil {
+		return explain(err, k.name, ns, name)
 	}
 	return nil
 }
 
-// prune deletes the (Cluster)Roles and bindings of the request with id that keep does not want.
-func (t target) prune(ctx context.Context, id string, keep func(kind, namespace, name string) bool) error {
-	sel := metav1.ListOptions{LabelSelector: LabelRequestID + "=" + id}
-	rbac := t.cs.RbacV1()
+// prune deletes every object of the owned kinds that is labelled for the request p.id and that
+// p does not render, in the order of kinds. Deleting goes on past an error; all are returned.
+func (t target) prune(ctx context.Context, p plan) error {
+	sel := metav1.ListOptions{LabelSelector: LabelRequestID + "=" + p.id}
 	var errs []error
-	del := func(kind, ns, name string, err error) {
-		if err = client404(err); err != nil {
-			errs = append(errs, fmt.Errorf("deleting %s %s: %w", kind, qualified(ns, name), err))
+	for _, k := range kinds {
+		if !k.owned {
+			continue
 		}
-	}
-	bindings, err := rbac.RoleBindings("").List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("listing the RoleBindings of the request: %w", err)
-	}
-	for _, o := range bindings.Items {
-		if !keep("RoleBinding", o.Namespace, o.Name) {
-			del("RoleBinding", o.Namespace, o.Name, rbac.RoleBindings(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}))
+		list, err := t.resource(k, "").List(ctx, sel)
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("listing the %ss of the request: %w", k.name, err))...)
 		}
-	}
-	cbindings, err := rbac.ClusterRoleBindings().List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("listing the ClusterRoleBindings of the request: %w", err)
-	}
-	for _, o := range cbindings.Items {
-		if !keep("ClusterRoleBinding", "", o.Name) {
-			del("ClusterRoleBinding", "", o.Name, rbac.ClusterRoleBindings().Delete(ctx, o.Name, metav1.DeleteOptions{}))
-		}
-	}
-	roles, err := rbac.Roles("").List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("listing the Roles of the request: %w", err)
-	}
-	for _, o := range roles.Items {
-		if !keep("Role", o.Namespace, o.Name) {
-			del("Role", o.Namespace, o.Name, rbac.Roles(o.Namespace).Delete(ctx, o.Name, metav1.DeleteOptions{}))
-		}
-	}
-	croles, err := rbac.ClusterRoles().List(ctx, sel)
-	if err != nil {
-		return fmt.Errorf("listing the ClusterRoles of the request: %w", err)
-	}
-	for _, o := range croles.Items {
-		if !keep("ClusterRole", "", o.Name) {
-			del("ClusterRole", "", o.Name, rbac.ClusterRoles().Delete(ctx, o.Name, metav1.DeleteOptions{}))
+		for _, o := range list.Items {
+			if p.wants(k.name, o.GetNamespace(), o.GetName()) {
+				continue
+			}
+			if err := t.resource(k, o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); client404(err) != nil {
+				errs = append(errs, fmt.Errorf("deleting %s %s: %w", k.name, qualified(o.GetNamespace(), o.GetName()), err))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -145,115 +196,50 @@ func (t target) token(ctx context.Context, sa *corev1.ServiceAccount, d time.Dur
 	return tr.Status.Token, tr.Status.ExpirationTimestamp.Time, nil
 }
 
-func (t target) ensureNamespace(ctx context.Context, name string) error {
-	_, err := t.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}},
-		metav1.CreateOptions{FieldManager: FieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return explain(fmt.Errorf("creating namespace %s: %w", name, err), "Namespace", "", name)
-	}
-	return nil
-}
-
-// checkName fails with ReasonNameConflict if an object of kind named namespace/name exists that
-// was not made for the request with id.
-func (t target) checkName(ctx context.Context, id, kind, namespace, name string) error {
-	var m metav1.Object
-	var err error
-	rbac := t.cs.RbacV1()
-	switch kind {
-	case "Role":
-		m, err = rbac.Roles(namespace).Get(ctx, name, metav1.GetOptions{})
-	case "RoleBinding":
-		m, err = rbac.RoleBindings(namespace).Get(ctx, name, metav1.GetOptions{})
-	case "ClusterRole":
-		m, err = rbac.ClusterRoles().Get(ctx, name, metav1.GetOptions{})
-	case "ClusterRoleBinding":
-		m, err = rbac.ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{})
-	}
+// checkName fails with ReasonNameConflict if an object of kind k named namespace/name exists
+// that was not made for the request with id.
+func (t target) checkName(ctx context.Context, id string, k kind, namespace, name string) error {
+	m, err := t.resource(k, namespace).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil
 	case err != nil:
-		return fmt.Errorf("reading %s %s: %w", kind, qualified(namespace, name), err)
+		return fmt.Errorf("reading %s %s: %w", k.name, qualified(namespace, name), err)
 	case m.GetLabels()[LabelRequestID] == id:
 		return nil
 	case m.GetAnnotations()[AnnotationRequestName] != "":
 		return kit.Errorf(ReasonNameConflict, "%s %s exists in the cluster and belongs to AccessRequest %s; choose another name in spec.token.permissions",
-			kind, qualified(namespace, name), m.GetAnnotations()[AnnotationRequestName])
+			k.name, qualified(namespace, name), m.GetAnnotations()[AnnotationRequestName])
 	default:
 		return kit.Errorf(ReasonNameConflict, "%s %s exists in the cluster and was not made by this provider; choose another name in spec.token.permissions, or leave the name empty to have one generated",
-			kind, qualified(namespace, name))
+			k.name, qualified(namespace, name))
 	}
-}
-
-// apply writes obj with a forced server-side apply.
-func (t target) apply(ctx context.Context, kind, namespace, name string, obj any) error {
-	data, err := json.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
-	rbac := t.cs.RbacV1()
-	switch kind {
-	case "ServiceAccount":
-		_, err = t.cs.CoreV1().ServiceAccounts(namespace).Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case "Role":
-		_, err = rbac.Roles(namespace).Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case "RoleBinding":
-		_, err = rbac.RoleBindings(namespace).Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case "ClusterRole":
-		_, err = rbac.ClusterRoles().Patch(ctx, name, types.ApplyPatchType, data, opts)
-	case "ClusterRoleBinding":
-		_, err = rbac.ClusterRoleBindings().Patch(ctx, name, types.ApplyPatchType, data, opts)
-	default:
-		err = fmt.Errorf("cannot apply kind %s", kind)
-	}
-	return err
 }
 
 // missing says what of p the cluster no longer holds ("ServiceAccount openmcp-access/ar-x, ClusterRoleBinding y"),
 // or "" when everything is there: a cluster restored from an older state, replaced, or tampered
-// with. For a token plan, token is the token the request's Secret holds: a ServiceAccount of the
-// same name made anew (another UID) counts as missing, since that token no longer authenticates.
+// with. Only objects of owned kinds count. For a token plan, token is the token the request's
+// Secret holds: a ServiceAccount of the same name made anew (another UID) counts as missing,
+// since that token no longer authenticates.
 func (t target) missing(ctx context.Context, p plan, token string) (string, error) {
 	var gone []string
-	check := func(kind, namespace, name string, get func() (metav1.Object, error)) error {
-		obj, err := get()
-		switch {
-		case apierrors.IsNotFound(err):
-			gone = append(gone, kind+" "+qualified(namespace, name))
-		case err != nil:
-			return fmt.Errorf("reading %s %s: %w", kind, qualified(namespace, name), err)
-		case kind == "ServiceAccount" && token != "" && tokenUID(token) != "" && tokenUID(token) != string(obj.GetUID()):
-			gone = append(gone, kind+" "+qualified(namespace, name)+" (made anew since the token was issued)")
-		}
-		return nil
-	}
-	if sa := p.serviceAccount; sa != nil {
-		if err := check("ServiceAccount", sa.Namespace, sa.Name, func() (metav1.Object, error) {
-			return t.cs.CoreV1().ServiceAccounts(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
-		}); err != nil {
+	for _, o := range p.render() {
+		k, err := kindOfObject(o)
+		if err != nil {
 			return "", err
 		}
-	}
-	rbac := t.cs.RbacV1()
-	for _, o := range p.objects {
-		ns, name := o.meta.Namespace, o.meta.Name
-		var get func() (metav1.Object, error)
-		switch kindOf(o.obj) {
-		case "Role":
-			get = func() (metav1.Object, error) { return rbac.Roles(ns).Get(ctx, name, metav1.GetOptions{}) }
-		case "RoleBinding":
-			get = func() (metav1.Object, error) { return rbac.RoleBindings(ns).Get(ctx, name, metav1.GetOptions{}) }
-		case "ClusterRole":
-			get = func() (metav1.Object, error) { return rbac.ClusterRoles().Get(ctx, name, metav1.GetOptions{}) }
-		case "ClusterRoleBinding":
-			get = func() (metav1.Object, error) { return rbac.ClusterRoleBindings().Get(ctx, name, metav1.GetOptions{}) }
-		default:
+		if !k.owned {
 			continue
 		}
-		if err := check(kindOf(o.obj), ns, name, get); err != nil {
-			return "", err
+		ns, name := o.meta.Namespace, o.meta.Name
+		obj, err := t.resource(k, ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			gone = append(gone, k.name+" "+qualified(ns, name))
+		case err != nil:
+			return "", fmt.Errorf("reading %s %s: %w", k.name, qualified(ns, name), err)
+		case k.name == "ServiceAccount" && token != "" && tokenUID(token) != "" && tokenUID(token) != string(obj.GetUID()):
+			gone = append(gone, k.name+" "+qualified(ns, name)+" (made anew since the token was issued)")
 		}
 	}
 	return strings.Join(gone, ", "), nil

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/validation/path"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -58,16 +59,18 @@ type plan struct {
 	// namespaces are the permissions' namespaces to create if missing.
 	namespaces []string
 	// objects are the (Cluster)Roles and (Cluster)RoleBindings, roles before their bindings.
-	objects []rbacObject
+	objects []object
 }
 
-// rbacObject is one (Cluster)Role or (Cluster)RoleBinding of a plan. userNamed objects carry a
-// name the user chose: such a name may already be taken by an object of someone else.
-type rbacObject struct {
-	obj       any // *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding
+// object is one object a plan makes the cluster hold (render): typed, with its TypeMeta set.
+// userNamed objects carry a name the user chose: such a name may already be taken by an object
+// of someone else.
+type object struct {
+	obj       client.Object // *rbacv1.Role, *rbacv1.ClusterRole, *rbacv1.RoleBinding, *rbacv1.ClusterRoleBinding, *corev1.ServiceAccount, *corev1.Namespace
 	meta      *metav1.ObjectMeta
 	userNamed bool
-	// field is the part of the spec the object comes from, e.g. spec.token.permissions[1].
+	// field is the part of the spec the object comes from, e.g. spec.token.permissions[1]; empty
+	// for the namespaces and the ServiceAccount.
 	field string
 }
 
@@ -126,8 +129,8 @@ func (p *plan) bind(field, name, namespace string, roleRef rbacv1.RoleRef, subje
 	p.add(field, b, &b.ObjectMeta, userNamed)
 }
 
-func (p *plan) add(field string, obj any, m *metav1.ObjectMeta, userNamed bool) {
-	p.objects = append(p.objects, rbacObject{obj: obj, meta: m, userNamed: userNamed, field: field})
+func (p *plan) add(field string, obj client.Object, m *metav1.ObjectMeta, userNamed bool) {
+	p.objects = append(p.objects, object{obj: obj, meta: m, userNamed: userNamed, field: field})
 }
 
 // check returns, with ReasonInvalidPermissions, what the user must fix before any of the plan is
@@ -169,8 +172,8 @@ func (p *plan) check() error {
 	return nil
 }
 
-// roleRefOf is the role a binding binds; nil for roles.
-func roleRefOf(obj any) *rbacv1.RoleRef {
+// roleRefOf is the role a binding binds; nil for other objects.
+func roleRefOf(obj client.Object) *rbacv1.RoleRef {
 	switch b := obj.(type) {
 	case *rbacv1.RoleBinding:
 		return &b.RoleRef
@@ -184,33 +187,44 @@ func (p *plan) meta(name, namespace string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: p.labels, Annotations: p.annotations}
 }
 
-// wants reports whether the plan has an object of kind named namespace/name.
-func (p *plan) wants(kind, namespace, name string) bool {
-	for _, o := range p.objects {
-		if kindOf(o.obj) == kind && o.meta.Namespace == namespace && o.meta.Name == name {
-			return true
+// render is everything the plan makes the cluster hold, as one list in the order it is written:
+// the namespaces (the ServiceAccount's, then the permissions', each once), the ServiceAccount,
+// then the roles and their bindings.
+func (p plan) render() []object {
+	var list []object
+	namespace := func(name string) {
+		if slices.ContainsFunc(list, func(o object) bool { return o.meta.Name == name }) {
+			return
 		}
+		ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: name}}
+		list = append(list, object{obj: ns, meta: &ns.ObjectMeta})
 	}
-	return false
+	sa := p.serviceAccount
+	if sa != nil {
+		namespace(sa.Namespace)
+	}
+	for _, ns := range p.namespaces {
+		namespace(ns)
+	}
+	if sa != nil {
+		list = append(list, object{obj: sa, meta: &sa.ObjectMeta})
+	}
+	return append(list, p.objects...)
+}
+
+// wants reports whether the plan renders an object of kind named namespace/name.
+func (p *plan) wants(kind, namespace, name string) bool {
+	return slices.ContainsFunc(p.render(), func(o object) bool {
+		return kindOf(o.obj) == kind && o.meta.Namespace == namespace && o.meta.Name == name
+	})
 }
 
 func typeMeta(kind string) metav1.TypeMeta {
 	return metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: kind}
 }
 
-func kindOf(obj any) string {
-	switch obj.(type) {
-	case *rbacv1.Role:
-		return "Role"
-	case *rbacv1.ClusterRole:
-		return "ClusterRole"
-	case *rbacv1.RoleBinding:
-		return "RoleBinding"
-	case *rbacv1.ClusterRoleBinding:
-		return "ClusterRoleBinding"
-	}
-	return fmt.Sprintf("%T", obj)
-}
+// kindOf is obj's kind, as its TypeMeta says.
+func kindOf(obj client.Object) string { return obj.GetObjectKind().GroupVersionKind().Kind }
 
 // requestLabels are the labels of every object made for ar.
 func requestLabels(ar *clustersv1alpha1.AccessRequest, id string) map[string]string {
