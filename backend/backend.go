@@ -61,8 +61,9 @@ type Backend interface {
 	// builder binds once per ProviderConfig spec, so every reconciler of a profile works with
 	// one view of the spec, and a spec change builds the profile, and so the view, anew. The
 	// bound Backend shares the unbound one's clusters: binding starts or copies nothing that runs.
-	// The unbound Backend behaves as if bound to a ProviderConfig with an empty spec where it
-	// can (local), or refuses to make clusters (kind, hosted without Options.Config).
+	// The unbound Backend (tests, tools) behaves as if bound to a ProviderConfig with an empty
+	// spec where it can (local), else reads its Options' callbacks (kind: NodeImage; hosted:
+	// Config) or refuses to make clusters without them.
 	ForProfile(pc *providersv1alpha1.ProviderConfig) Backend
 
 	// Ensure starts what is missing of cl's cluster and returns what it observes. The version it
