@@ -52,8 +52,19 @@ type Backend interface {
 	Name() string
 
 	// Versions are the Kubernetes versions this Backend can run, newest first, as semantic
-	// versions without a "v" (1.37.1).
+	// versions without a "v" (1.37.1). A Backend whose versions come from its ProviderConfig
+	// (kind: node images; hosted: control-plane images) has none until it is bound (ForProfile).
 	Versions() []string
+
+	// ForProfile returns the Backend bound to pc (not nil): every setting of pc it reads (images,
+	// seed, storage, exposure, audit) is read from its own copy of pc, taken now. The profile
+	// builder binds once per ProviderConfig spec, so every reconciler of a profile works with
+	// one view of the spec, and a spec change builds the profile, and so the view, anew. The
+	// bound Backend shares the unbound one's clusters: binding starts or copies nothing that runs.
+	// The unbound Backend (tests, tools) behaves as if bound to a ProviderConfig with an empty
+	// spec where it can (local), else reads its Options' callbacks (kind: NodeImage; hosted:
+	// Config) or refuses to make clusters without them.
+	ForProfile(pc *providersv1alpha1.ProviderConfig) Backend
 
 	// Ensure starts what is missing of cl's cluster and returns what it observes. The version it
 	// runs follows the version contract (above): want.Version for a cluster it makes, the
@@ -84,25 +95,10 @@ type Authenticator interface {
 	SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (applied bool, err error)
 }
 
-// Binder is implemented by a Backend whose clusters depend on their ProviderConfig (kind: its
-// node images; hosted: its images, seed, storage and exposure). The profile builder binds it once
-// per ProviderConfig spec (Bound): every reconciler of the profile then works with that one view
-// of the spec, and a spec change builds the profile, and so the view, anew. The bound Backend's
-// Versions are those the ProviderConfig offers; the unbound one's are empty.
-type Binder interface {
-	// Bind returns the Backend bound to pc; it keeps its own copy of pc.
-	Bind(pc *providersv1alpha1.ProviderConfig) Backend
-}
-
-// Bound is be bound to pc when it is a Binder, else be itself (nil stays nil).
-func Bound(be Backend, pc *providersv1alpha1.ProviderConfig) Backend {
-	if b, ok := be.(Binder); ok {
-		return b.Bind(pc)
-	}
-	return be
-}
-
-// State is what a Backend observes of one cluster.
+// State is what a Backend observes of one cluster. It holds nothing specific to one Backend: the
+// API server's readiness, where it serves, the version it runs, and a list of Parts for the rest
+// of the control plane; the Cluster reconciler maps each Part to a condition of its Type without
+// knowing which Backend reported it.
 type State struct {
 	// Ready is true while the cluster's API server serves requests.
 	Ready bool
@@ -128,26 +124,15 @@ type State struct {
 	// ProviderStatus is backend-specific detail for status.providerStatus; it is marshalled to
 	// JSON and must hold no secret.
 	ProviderStatus any
-	// Restarts counts the restarts of the cluster's processes since it was adopted.
-	Restarts int
-	// ControllerManager is the state of the cluster's kube-controller-manager, for a Backend that
-	// supervises it (local); nil where the Backend does not report it (kind: kubeadm runs it).
-	// The cluster is complete only while it is Ready too.
-	ControllerManager *Part
-	// Etcd is the state of the cluster's etcd beyond answering (its NOSPACE alarm), for a Backend
-	// that keeps it (local, hosted); nil where the Backend does not report it (or not yet).
-	Etcd *Part
-	// Exposure is whether the cluster's endpoint survives the loss of any one node of the host
-	// that runs it (hosted: not while it is one node's address); nil where the Backend does not
-	// report it. A warning, not an outage: the cluster stays Ready either way.
-	Exposure *Part
-	// Repaired, when not empty, says what of the cluster's state the backend found damaged and
-	// made anew without loss (a garbled record rebuilt from the Cluster's status). It is reported
-	// by one Ensure only: the reconciler turns it into a Warning Event.
-	Repaired string
-	// DataLost, when not empty, says that the cluster was created anew, empty, because its data
-	// disappeared (a lost volume); it stays set for the cluster's life so nobody misses it.
-	DataLost string
+	// Parts are what the Backend observes of the cluster besides its API server, one per Type
+	// at most (SetPart). The Cluster reconciler sets a condition of each part's Type and removes
+	// the conditions of the PartTypes the State does not report: a Backend reports a part only
+	// where it observes it (kind: kubeadm runs the controller manager, so no
+	// PartControllerManager).
+	Parts []Part
+	// Warnings are one-shot observations the Cluster reconciler turns into Warning Events (a
+	// damaged record made anew: ReasonStateRepaired). A Backend reports each in one State.
+	Warnings []Warning
 	// Restored is the last restore of the cluster from a snapshot (Backups), done or failed; nil
 	// if it never was restored.
 	Restored *Restored
@@ -157,24 +142,86 @@ type State struct {
 }
 
 // Part is what a Backend observes of one part of a cluster's control plane besides its API
-// server.
+// server. It becomes the Cluster condition of its Type.
 type Part struct {
-	// Ready is true while the part runs and does its work.
+	// Type is the Cluster condition type the part becomes: one of PartTypes, or PartProvisioned.
+	Type string
+	// Ready is true while the part runs and does its work (the condition is True).
 	Ready bool
 	// Reason and Message say, in CamelCase and in a sentence, why it is not Ready (or that it is).
 	Reason, Message string
 }
 
-// ReasonEtcdNoSpace: the cluster's etcd database reached its quota; it takes no writes (State.Etcd).
+// Part types: the Cluster condition types a Backend may report as Parts.
+const (
+	// PartControllerManager: the cluster's kube-controller-manager runs its controllers (for a
+	// Backend that runs it apart: local, hosted). Without it the cluster is incomplete: aggregated
+	// roles stay empty, namespaces never finish deleting. The Cluster is Ready only with it.
+	PartControllerManager = "ControllerManagerReady"
+	// PartEtcd: the cluster's etcd takes writes (for a Backend that watches it: local, hosted);
+	// not Ready with reason EtcdNoSpace while its database is at its quota.
+	PartEtcd = "EtcdHealthy"
+	// PartEndpoint: the cluster's endpoint survives the loss of any one node of its host (for a
+	// Backend that reports it: hosted); not Ready with reason SingleNodeEndpoint while it is one
+	// node's address. Informational: it does not make the Cluster not Ready.
+	PartEndpoint = "EndpointResilient"
+	// PartProvisioned: the cluster exists. The Cluster reconciler sets this condition itself
+	// (Ready, reason Provisioned); a Backend reports it only to say more: the cluster was made
+	// anew, EMPTY, because its data was gone (Ready, reason ReasonDataLost), for the cluster's
+	// life. It is not in PartTypes: the condition stays when no part reports it.
+	PartProvisioned = "Provisioned"
+)
+
+// PartTypes are the part types whose conditions the Cluster reconciler removes when a State does
+// not report them.
+var PartTypes = []string{PartControllerManager, PartEtcd, PartEndpoint}
+
+// Warning is a one-shot observation of a Backend, for a Warning Event of the Cluster.
+type Warning struct {
+	// Reason is the Event's reason, CamelCase; Message says what happened and what, if anything,
+	// to do.
+	Reason, Message string
+}
+
+// SetPart records p in s, replacing the part of the same Type.
+func (s *State) SetPart(p Part) {
+	for i := range s.Parts {
+		if s.Parts[i].Type == p.Type {
+			s.Parts[i] = p
+			return
+		}
+	}
+	s.Parts = append(s.Parts, p)
+}
+
+// Part returns the part of type t that s reports, or nil. The pointer is into s.Parts.
+func (s *State) Part(t string) *Part {
+	for i := range s.Parts {
+		if s.Parts[i].Type == t {
+			return &s.Parts[i]
+		}
+	}
+	return nil
+}
+
+// ReasonEtcdNoSpace: the cluster's etcd database reached its quota; it takes no writes (PartEtcd).
 const ReasonEtcdNoSpace = "EtcdNoSpace"
 
-// Reasons of State.Exposure: the endpoint is one node's address (SingleNodeEndpoint), or a
-// host name the platform keeps reachable (ExternalHost), or a load balancer's (LoadBalancer).
+// Reasons of PartEndpoint: the endpoint is one node's address (SingleNodeEndpoint), or a host
+// name the platform keeps reachable (ExternalHost), or a load balancer's (LoadBalancer).
 const (
 	ReasonSingleNodeEndpoint = "SingleNodeEndpoint"
 	ReasonExternalHost       = "ExternalHost"
 	ReasonLoadBalancer       = "LoadBalancer"
 )
+
+// ReasonDataLost: the cluster was made anew, EMPTY, because its data was gone (a PartProvisioned
+// part; the Cluster gets a Warning Event when its condition first says so).
+const ReasonDataLost = "DataLost"
+
+// ReasonStateRepaired: the Backend found part of the cluster's state damaged and made it anew
+// without loss (a Warning).
+const ReasonStateRepaired = "StateRepaired"
 
 // EndpointAPIServerExternal is the name of the API server's endpoint in status.endpoints.
 const EndpointAPIServerExternal = "apiserver-external"

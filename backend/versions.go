@@ -167,7 +167,8 @@ func MissingMessage(backend string, missing, served []string) string {
 }
 
 // Want is the version a Cluster asks its backend for, as the Cluster reconciler computes it from
-// spec.kubernetes.version and the profile's Offer.
+// spec.kubernetes.version and the profile's Offer. It holds nothing of the ProviderConfig: a
+// Backend reads its settings from the ProviderConfig it is bound to (Backend.ForProfile).
 type Want struct {
 	// Version is what a cluster made now runs: spec.kubernetes.version, or the profile's default
 	// when the Cluster names none. Empty when NotOffered is set.
@@ -178,10 +179,6 @@ type Want struct {
 	// NotOffered, when set, says that Requested is not offered by the profile (reason
 	// VersionNotSupported): no cluster is made for it, and a running one keeps its version.
 	NotOffered error
-	// Audit: the cluster's API server keeps an audit log (the ProviderConfig's spec.audit), for a
-	// backend that runs it and is not bound to the ProviderConfig (local); hosted reads its
-	// ProviderConfig's; others ignore it.
-	Audit bool
 }
 
 // WantOf is what cl asks for of a profile offering o.

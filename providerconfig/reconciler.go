@@ -155,9 +155,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 }
 
 // offer computes the versions the profile offers and records in a condition which wanted versions
-// the backend does not serve.
+// the backend (bound to pc, as the profile's) does not serve.
 func (r *Reconciler) offer(pc *providersv1alpha1.ProviderConfig) backend.Offer {
-	be := r.Backends.Get(string(pc.Spec.Backend))
+	be := profile.Bind(r.Backends.Get(string(pc.Spec.Backend)), pc)
 	offer := profile.OfferOf(pc, be)
 	switch {
 	case be == nil:

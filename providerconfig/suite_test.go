@@ -100,8 +100,9 @@ type versionsBackend struct{}
 
 var servedVersions = []string{"1.38.0", "1.37.1", "1.36.3"}
 
-func (versionsBackend) Name() string       { return "local" }
-func (versionsBackend) Versions() []string { return servedVersions }
+func (versionsBackend) Name() string                                                   { return "local" }
+func (versionsBackend) Versions() []string                                             { return servedVersions }
+func (b versionsBackend) ForProfile(*providersv1alpha1.ProviderConfig) backend.Backend { return b }
 func (versionsBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, backend.Want) (backend.State, error) {
 	return backend.State{Reason: backend.ReasonStarting, Message: "test double: never ready"}, nil
 }

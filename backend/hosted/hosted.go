@@ -51,7 +51,7 @@ type Options struct {
 	// Platform is the platform cluster: the host of every ProviderConfig without a seed.
 	// Required.
 	Platform *rest.Config
-	// Config returns the ProviderConfig of cl's profile, for a Backend used without Bind (tests);
+	// Config returns the ProviderConfig of cl's profile, for a Backend used without ForProfile (tests);
 	// the operator binds it to each profile's ProviderConfig instead. Optional.
 	Config func(ctx context.Context, cl *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error)
 	// SeedConfig returns the rest.Config of a seed from its kubeconfig Secret. Required for
@@ -166,7 +166,7 @@ func New(opts Options) (*Backend, error) {
 // Name returns "hosted".
 func (b *Backend) Name() string { return Name }
 
-// Versions is empty: the versions are those of each ProviderConfig's images (Bind).
+// Versions is empty: the versions are those of each ProviderConfig's images (ForProfile).
 func (b *Backend) Versions() []string { return nil }
 
 // versionsFor returns the versions pc has control-plane images for, newest first.
@@ -218,10 +218,10 @@ func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	return b.ensure(ctx, cl, want, pc)
 }
 
-// config reads the ProviderConfig of cl's profile, for a Backend used without Bind.
+// config reads the ProviderConfig of cl's profile, for a Backend used without ForProfile.
 func (b *Backend) config(ctx context.Context, cl *clustersv1alpha1.Cluster) (*providersv1alpha1.ProviderConfig, error) {
 	if b.opts.Config == nil {
-		return nil, fmt.Errorf("the hosted backend is used without a ProviderConfig for %s: bind it to its profile's (Bind)", backend.RefOf(cl))
+		return nil, fmt.Errorf("the hosted backend is used without a ProviderConfig for %s: bind it to its profile's (ForProfile)", backend.RefOf(cl))
 	}
 	return b.opts.Config(ctx, cl)
 }
@@ -234,13 +234,10 @@ type Bound struct {
 	pc *providersv1alpha1.ProviderConfig
 }
 
-var (
-	_ backend.Binder        = &Backend{}
-	_ backend.Authenticator = &Bound{}
-)
+var _ backend.Authenticator = &Bound{}
 
-// Bind returns the Backend bound to pc.
-func (b *Backend) Bind(pc *providersv1alpha1.ProviderConfig) backend.Backend {
+// ForProfile returns the Backend bound to pc.
+func (b *Backend) ForProfile(pc *providersv1alpha1.ProviderConfig) backend.Backend {
 	return &Bound{Backend: b, pc: pc.DeepCopy()}
 }
 
@@ -435,11 +432,16 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 		}
 		st.ProviderStatus = ps
 	}
-	st.Etcd = ps.Etcd.part()
-	st.Exposure = exposure(s, settings, ps.ExternalHost, pc.Name)
-	if st.Etcd != nil && !st.Etcd.Ready && !st.Ready {
+	if etcd := ps.Etcd.part(); etcd != nil {
+		etcd.Type = backend.PartEtcd
+		st.SetPart(*etcd)
+	}
+	endpoint := exposure(s, settings, ps.ExternalHost, pc.Name)
+	endpoint.Type = backend.PartEndpoint
+	st.SetPart(*endpoint)
+	if etcd := st.Part(backend.PartEtcd); etcd != nil && !etcd.Ready && !st.Ready {
 		// etcd's readiness check fails on its alarm: what keeps the cluster from Ready is that.
-		st.Reason, st.Message = backend.ReasonEtcdNoSpace, st.Etcd.Message
+		st.Reason, st.Message = backend.ReasonEtcdNoSpace, etcd.Message
 	}
 	waitsTurn := etcdOut == workloadWaits || apiOut == workloadWaits
 	if !waitsTurn && etcdOut == workloadKept && apiOut == workloadKept && rolledOutAll(ctx, h, s) {
@@ -452,7 +454,7 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	st.Restored = ps.Restored
 	if restoring != "" {
 		st.Ready, st.Reason, st.Message = false, backend.ReasonRestoring, restoring
-		st.ControllerManager = &backend.Part{Reason: backend.ReasonRestoring, Message: restoring}
+		st.SetPart(backend.Part{Type: backend.PartControllerManager, Reason: backend.ReasonRestoring, Message: restoring})
 		st.RetryAfter = min(nonZero(st.RetryAfter, time.Hour), 3*time.Second)
 	}
 	if renew := max(time.Until(p.RenewAt), time.Second); st.RetryAfter == 0 || renew < st.RetryAfter {
@@ -807,8 +809,8 @@ func (b *Backend) observe(ctx context.Context, h *host, cl *clustersv1alpha1.Clu
 	if cfg != nil {
 		st.CABundle = cfg.CAData
 	}
-	kcm := &backend.Part{Reason: backend.ReasonStarting, Message: "kube-controller-manager has not started yet"}
-	st.ControllerManager = kcm
+	st.SetPart(backend.Part{Type: backend.PartControllerManager, Reason: backend.ReasonStarting, Message: "kube-controller-manager has not started yet"})
+	kcm := st.Part(backend.PartControllerManager)
 
 	sts := &appsv1.StatefulSet{}
 	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts); err != nil {

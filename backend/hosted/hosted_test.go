@@ -765,14 +765,14 @@ func TestDriftAndBoundedRolling(t *testing.T) {
 	})
 }
 
-// TestBind: the operator binds the backend to each profile's ProviderConfig: the bound view
+// TestForProfile: the operator binds the backend to each profile's ProviderConfig: the bound view
 // offers its images' versions and makes control planes from the spec it was bound with, without
 // reading the ProviderConfig again; unbound and without Options.Config it says what is missing.
-func TestBind(t *testing.T) {
+func TestForProfile(t *testing.T) {
 	h := startBackendWith(t, func(o *Options) { o.Config = nil })
 	pc := h.pc.DeepCopy()
 	pc.Spec.Hosted.Images["1.36.3"] = "cluster-provider/controlplane:v1.36.3"
-	v := h.b.Bind(pc)
+	v := h.b.ForProfile(pc)
 	assert.Equal(t, []string{"1.37.1", "1.36.3"}, v.Versions())
 	assert.Empty(t, h.b.Versions())
 	pc.Spec.Hosted.Images["1.37.1"] = "changed-after-binding"
@@ -1086,22 +1086,22 @@ func TestExposure(t *testing.T) {
 	h := startBackend(t)
 	cl := newCluster("exposure")
 	st := h.ensure(t, cl)
-	require.NotNil(t, st.Exposure)
-	assert.True(t, st.Exposure.Ready)
-	assert.Equal(t, backend.ReasonExternalHost, st.Exposure.Reason)
+	require.NotNil(t, st.Part(backend.PartEndpoint))
+	assert.True(t, st.Part(backend.PartEndpoint).Ready)
+	assert.Equal(t, backend.ReasonExternalHost, st.Part(backend.PartEndpoint).Reason)
 
 	h.pc.Spec.Hosted.ExternalHost = ""
 	st = h.ensure(t, cl)
-	assert.False(t, st.Exposure.Ready)
-	assert.Equal(t, backend.ReasonSingleNodeEndpoint, st.Exposure.Reason)
-	assert.Contains(t, st.Exposure.Message, "The endpoint 203.0.113.10 is one node's address")
-	assert.Contains(t, st.Exposure.Message, "Set spec.hosted.externalHost")
+	assert.False(t, st.Part(backend.PartEndpoint).Ready)
+	assert.Equal(t, backend.ReasonSingleNodeEndpoint, st.Part(backend.PartEndpoint).Reason)
+	assert.Contains(t, st.Part(backend.PartEndpoint).Message, "The endpoint 203.0.113.10 is one node's address")
+	assert.Contains(t, st.Part(backend.PartEndpoint).Message, "Set spec.hosted.externalHost")
 
 	h.pc.Spec.Hosted.Exposure = corev1.ServiceTypeLoadBalancer
 	lb := newCluster("exposure-lb")
 	st = h.ensure(t, lb)
-	assert.True(t, st.Exposure.Ready)
-	assert.Equal(t, backend.ReasonLoadBalancer, st.Exposure.Reason)
+	assert.True(t, st.Part(backend.PartEndpoint).Ready)
+	assert.Equal(t, backend.ReasonLoadBalancer, st.Part(backend.PartEndpoint).Reason)
 }
 
 // TestAuditLive: the ProviderConfig's audit switch reaches an existing control plane: its API

@@ -58,7 +58,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	ns := NamespaceFor(cl.UID)
 	name := namesFor(ns).maintain
 	s := h.ensure(t, cl)
-	assert.Nil(t, s.Etcd, "not checked before it serves")
+	assert.Nil(t, s.Part(backend.PartEtcd), "not checked before it serves")
 	assertNoJob := func(t *testing.T, msg string) {
 		t.Helper()
 		require.Error(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: BackupNamespace, Name: name}, &batchv1.Job{}), msg)
@@ -69,7 +69,7 @@ func TestEtcdMaintenance(t *testing.T) {
 	rolledOutNow(t, cl)
 	s = h.ensure(t, cl)
 	require.True(t, s.Ready, "%s", s.Message)
-	assert.Nil(t, s.Etcd, "a Job checks first")
+	assert.Nil(t, s.Part(backend.PartEtcd), "a Job checks first")
 	job := get(t, &batchv1.Job{}, BackupNamespace, name)
 	ctr := job.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, image1, ctr.Image)
@@ -97,9 +97,9 @@ func TestEtcdMaintenance(t *testing.T) {
 	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
 		Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
 	s = h.ensure(t, cl)
-	require.NotNil(t, s.Etcd)
-	assert.True(t, s.Etcd.Ready)
-	assert.Equal(t, "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.", s.Etcd.Message)
+	require.NotNil(t, s.Part(backend.PartEtcd))
+	assert.True(t, s.Part(backend.PartEtcd).Ready)
+	assert.Equal(t, "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.", s.Part(backend.PartEtcd).Message)
 	assert.Equal(t, int64(3<<20), record(t, cl).Etcd.DBSize)
 	assertNoSecret(t, name, "the Job's certificate goes once its report is read")
 	forceGone(t, name)
@@ -118,8 +118,8 @@ func TestEtcdMaintenance(t *testing.T) {
 		h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", Error: "context deadline exceeded"}},
 			Message: "etcd takes writes: its database is 0.0 MiB of its 1024.0 MiB quota; member etcd-0 does not answer."}))
 		s = h.ensure(t, cl)
-		require.NotNil(t, s.Etcd)
-		assert.Contains(t, s.Etcd.Message, "member etcd-0 does not answer")
+		require.NotNil(t, s.Part(backend.PartEtcd))
+		assert.Contains(t, s.Part(backend.PartEtcd).Message, "member etcd-0 does not answer")
 		assert.Equal(t, []string{"etcd-0"}, record(t, cl).Etcd.Down)
 		forceGone(t, name)
 		s = h.ensure(t, cl)
@@ -131,7 +131,7 @@ func TestEtcdMaintenance(t *testing.T) {
 		h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 3 << 20}},
 			Message: "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota."}))
 		s = h.ensure(t, cl)
-		assert.NotContains(t, s.Etcd.Message, "does not answer")
+		assert.NotContains(t, s.Part(backend.PartEtcd).Message, "does not answer")
 		assert.Empty(t, record(t, cl).Etcd.Down)
 		forceGone(t, name)
 		s = h.ensure(t, cl)
@@ -169,9 +169,9 @@ func TestEtcdMaintenance(t *testing.T) {
 		require.NoError(t, env.Client.Status().Update(t.Context(), sts))
 		require.Eventually(t, func() bool {
 			s = h.ensure(t, cl)
-			return s.Etcd != nil && !s.Etcd.Ready && !s.Ready
+			return s.Part(backend.PartEtcd) != nil && !s.Part(backend.PartEtcd).Ready && !s.Ready
 		}, 10*time.Second, 50*time.Millisecond)
-		assert.Equal(t, backend.ReasonEtcdNoSpace, s.Etcd.Reason)
+		assert.Equal(t, backend.ReasonEtcdNoSpace, s.Part(backend.PartEtcd).Reason)
 		assert.Equal(t, backend.ReasonEtcdNoSpace, s.Reason, "what keeps it from Ready")
 		assert.Contains(t, s.Message, "Delete objects")
 		assert.LessOrEqual(t, s.RetryAfter, maintainAgain, "checked again within a minute")
@@ -185,8 +185,8 @@ func TestEtcdMaintenance(t *testing.T) {
 		// A Job that fails changes nothing known.
 		h.endJob(t, name, batchv1.JobFailed, "")
 		s = h.ensure(t, cl)
-		require.NotNil(t, s.Etcd)
-		assert.False(t, s.Etcd.Ready, "still full, as far as is known")
+		require.NotNil(t, s.Part(backend.PartEtcd))
+		assert.False(t, s.Part(backend.PartEtcd).Ready, "still full, as far as is known")
 		assert.Equal(t, 1, record(t, cl).Etcd.Failures)
 		assertNoSecret(t, name, "a failed Job's certificate goes too")
 		forceGone(t, name)
@@ -199,8 +199,8 @@ func TestEtcdMaintenance(t *testing.T) {
 			Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 40 << 20}}, Message: "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm"}))
 		require.NoError(t, env.Client.Delete(t.Context(), pod))
 		s = h.ensure(t, cl)
-		require.NotNil(t, s.Etcd)
-		assert.True(t, s.Etcd.Ready, "disarmed: %s", s.Etcd.Message)
+		require.NotNil(t, s.Part(backend.PartEtcd))
+		assert.True(t, s.Part(backend.PartEtcd).Ready, "disarmed: %s", s.Part(backend.PartEtcd).Message)
 		assert.Zero(t, record(t, cl).Etcd.Failures, "a report ends the backoff")
 		forceGone(t, name)
 	})

@@ -58,7 +58,7 @@ type Options struct {
 	Create func(ctx context.Context, name string, o CreateOptions) error
 	// StateDir holds a folder per Cluster (its authentication configuration). Required.
 	StateDir string
-	// NodeImage returns the node image of version for cl, for a Backend used without Bind (tests);
+	// NodeImage returns the node image of version for cl, for a Backend used without ForProfile (tests);
 	// the operator binds it to each profile's ProviderConfig instead. Optional.
 	NodeImage func(ctx context.Context, cl *clustersv1alpha1.Cluster, version string) (string, error)
 	// Notify is told when a cluster's creation ends. Optional.
@@ -119,7 +119,7 @@ func New(opts Options) (*Backend, error) {
 func (b *Backend) Name() string { return Name }
 
 // Versions is empty: a kind backend runs the versions each ProviderConfig has node images for
-// (Bind).
+// (ForProfile).
 func (b *Backend) Versions() []string { return nil }
 
 // Bound is the Backend bound to one ProviderConfig: its node images.
@@ -129,10 +129,9 @@ type Bound struct {
 	images map[string]string
 }
 
-var _ backend.Binder = &Backend{}
-
-// Bind returns the Backend bound to pc: it offers, and creates clusters from, pc's node images.
-func (b *Backend) Bind(pc *providersv1alpha1.ProviderConfig) backend.Backend {
+// ForProfile returns the Backend bound to pc: it offers, and creates clusters from, pc's node
+// images.
+func (b *Backend) ForProfile(pc *providersv1alpha1.ProviderConfig) backend.Backend {
 	v := &Bound{Backend: b, pcName: pc.Name, images: map[string]string{}}
 	if pc.Spec.Kind != nil {
 		for k, img := range pc.Spec.Kind.NodeImages {
@@ -174,7 +173,7 @@ func ClusterName(uid types.UID) string {
 // node's version: every change is refused, and the cluster keeps running.
 func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
 	if b.opts.NodeImage == nil {
-		return backend.State{}, fmt.Errorf("the kind backend is used without node images for %s: bind it to its profile's ProviderConfig (Bind)", backend.RefOf(cl))
+		return backend.State{}, fmt.Errorf("the kind backend is used without node images for %s: bind it to its profile's ProviderConfig (ForProfile)", backend.RefOf(cl))
 	}
 	return b.ensure(ctx, cl, want, b.opts.NodeImage)
 }

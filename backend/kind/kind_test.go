@@ -185,9 +185,9 @@ func TestEnsureUnservedVersion(t *testing.T) {
 	assert.Empty(t, f.creates)
 }
 
-// TestBind: bound to a ProviderConfig, the backend offers its node images' versions and creates
+// TestForProfile: bound to a ProviderConfig, the backend offers its node images' versions and creates
 // clusters from them, with no callback: the profile's one view of the spec.
-func TestBind(t *testing.T) {
+func TestForProfile(t *testing.T) {
 	f := &fakeProvider{release: make(chan struct{})}
 	close(f.release)
 	created := make(chan string, 1)
@@ -204,9 +204,9 @@ func TestBind(t *testing.T) {
 	pc := &providersv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "kind"}, Spec: providersv1alpha1.ProviderConfigSpec{Kind: &providersv1alpha1.KindBackendConfig{
 		NodeImages: map[string]string{"1.36.3": "a", "v1.37.1": "b"},
 	}}}
-	bound := b.Bind(pc)
+	bound := b.ForProfile(pc)
 	assert.Equal(t, []string{"1.37.1", "1.36.3"}, bound.Versions())
-	assert.Empty(t, b.Bind(&providersv1alpha1.ProviderConfig{}).Versions())
+	assert.Empty(t, b.ForProfile(&providersv1alpha1.ProviderConfig{}).Versions())
 	assert.Empty(t, b.Versions(), "unbound: nothing")
 
 	pc.Spec.Kind.NodeImages["1.37.1"] = "changed" // the view is the one bound

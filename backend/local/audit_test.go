@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -65,7 +66,7 @@ func logged(events []auditEvent, user, verb, resource, name string) bool {
 	return false
 }
 
-// TestAuditLog: with the ProviderConfig's audit on, a request made with a ServiceAccount's token
+// TestAuditLog: bound to a ProviderConfig with audit on (its default), a request made with a ServiceAccount's token
 // (as an AccessRequest's kubeconfig has) is in the cluster's audit log with that user's name, at
 // Metadata level; a Secret's data never is. Requests without credentials or with bogus ones are
 // not logged but counted (unauthenticatedNotLogged). Turned off, the API server restarts without a log
@@ -73,8 +74,10 @@ func logged(events []auditEvent, user, verb, resource, name string) bool {
 func TestAuditLog(t *testing.T) {
 	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Logger: testenv.Logger(t)})
 	cl := newCluster("audited")
-	on := backend.Want{Version: "1.37.1", Audit: true}
-	h.awaitWant(cl, on, "Ready", complete)
+	want := backend.Want{Version: "1.37.1"}
+	on := h.b.ForProfile(&providersv1alpha1.ProviderConfig{})
+	off := h.b.ForProfile(&providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{Audit: &providersv1alpha1.AuditPolicy{Disabled: true}}})
+	h.awaitOn(on, cl, want, "Ready", complete)
 	dir := h.b.Dir(cl.UID)
 	admin, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
@@ -117,13 +120,12 @@ func TestAuditLog(t *testing.T) {
 	// Off: the API server restarts without the log; on again: logged again. What was asked while
 	// it was off is not in the log (the log is written in order: the request after it is).
 	pid := h.b.PIDs(cl.UID)[procAPIServer]
-	off := backend.Want{Version: "1.37.1"}
-	h.awaitWant(cl, off, "restarted without audit", func(s backend.State) bool {
+	h.awaitOn(off, cl, want, "restarted without audit", func(s backend.State) bool {
 		return complete(s) && h.b.PIDs(cl.UID)[procAPIServer] != pid
 	})
 	_, _ = user.CoreV1().Secrets("default").Get(ctx, "while-off", metav1.GetOptions{})
 	pid = h.b.PIDs(cl.UID)[procAPIServer]
-	h.awaitWant(cl, on, "restarted with audit", func(s backend.State) bool {
+	h.awaitOn(on, cl, want, "restarted with audit", func(s backend.State) bool {
 		return complete(s) && h.b.PIDs(cl.UID)[procAPIServer] != pid
 	})
 	require.EventuallyWithT(t, func(c *assert.CollectT) {

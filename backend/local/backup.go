@@ -376,7 +376,7 @@ func (b *Backend) restoreStateLocked(uid types.UID, in *instance, r *restore) ba
 		s.Runs = r.version
 	}
 	s.Ready, s.Reason, s.Message, s.RetryAfter = false, backend.ReasonRestoring, msg, time.Second
-	s.ControllerManager = &backend.Part{Reason: backend.ReasonRestoring, Message: msg}
+	s.SetPart(backend.Part{Type: backend.PartControllerManager, Reason: backend.ReasonRestoring, Message: msg})
 	return s
 }
 

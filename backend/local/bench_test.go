@@ -170,7 +170,7 @@ func (h *benchHarness) awaitWant(ctx context.Context, cl *clustersv1alpha1.Clust
 		case <-deadline.C:
 			retry.Stop()
 			return 0, 0, fmt.Errorf("%s: not complete within %s; last state: %s: %s; controller manager %+v\n%s",
-				cl.Name, benchReadyWithin, s.Reason, s.Message, s.ControllerManager, logTails(h.b.Dir(cl.UID)))
+				cl.Name, benchReadyWithin, s.Reason, s.Message, s.Part(backend.PartControllerManager), logTails(h.b.Dir(cl.UID)))
 		}
 		retry.Stop()
 	}

@@ -9,13 +9,12 @@
 // answers /healthz (it gives up after 10 s of an unanswered API server, so it is not started into
 // that). Each is restarted with backoff when it exits and dies with the operator (Pdeathsig). A
 // restarted operator adopts the folders of existing Clusters: same ports, same data. Readiness has
-// two parts, reported apart (State.Ready and State.ControllerManager): the API server serves (etcd
-// healthy, /readyz, /version), and the controller manager runs its controllers (its /healthz lists
-// the clusterrole-aggregation controller's check, which it adds once it has built them, and the
-// stock role view has its aggregated rules: the role users bind most works from the first
-// moment). The
-// Cluster reconciler turns them into the conditions APIServerReady and ControllerManagerReady; the
-// Cluster is Ready only with both. Every Options.HealthInterval (10 s) a Ready controller manager
+// two parts, reported apart (State.Ready and its part backend.PartControllerManager): the API
+// server serves (etcd healthy, /readyz, /version), and the controller manager runs its
+// controllers (its /healthz lists the clusterrole-aggregation controller's check, which it adds
+// once it has built them, and the stock role view has its aggregated rules: the role users bind
+// most works from the first moment). The Cluster reconciler turns them into the conditions
+// APIServerReady and ControllerManagerReady; the Cluster is Ready only with both. Every Options.HealthInterval (10 s) a Ready controller manager
 // is asked for its /healthz, a Ready API server for its /livez and its etcd for its health; a
 // process that misses three (the controller manager) or six (the API server, etcd) checks in a
 // row, hung but not exited, is stopped and started again, as a liveness probe would, and its
@@ -61,17 +60,18 @@
 // Nothing of a cluster's folder is ever removed while its Cluster exists. A Cluster whose folder
 // is gone although it ran before (its status holds this backend's provider status) lost its data,
 // most likely with the volume of --state-dir: it is created anew, EMPTY, on its old ports, and
-// State.DataLost says so for the rest of its life (the Cluster's Provisioned condition, reason
-// DataLost, and a Warning Event). Its AccessRequests are granted again: their kubeconfigs carry the
-// new CA.
+// its State says so for the rest of its life with a part of type Provisioned, reason DataLost
+// (the Cluster's Provisioned condition, and a Warning Event). Its AccessRequests are granted
+// again: their kubeconfigs carry the new CA.
 //
 // A damaged folder (damage.go) loses nothing that could still be used. A CA or service-account
 // key that exists but does not load is never replaced: the cluster stays stopped with reason
 // StateDamaged, naming the file and what to do, and is tried again every Options.StateRetry. A
-// garbled or missing record (cluster.json) of a cluster that ran is rebuilt from the Cluster's status (same ports and version) and
-// the damaged file kept beside it (State.Repaired, a Warning Event). A missing etcd folder of a
-// cluster that ran is DataLost, as a missing cluster folder is. A full --state-dir is reason
-// StateDirFull, tried again every Options.StateRetry.
+// garbled or missing record (cluster.json) of a cluster that ran is rebuilt from the Cluster's
+// status (same ports and version) and the damaged file kept beside it (a State Warning of reason
+// StateRepaired: a Warning Event). A missing etcd folder of a cluster that ran is DataLost, as a
+// missing cluster folder is. A full --state-dir is reason StateDirFull, tried again every
+// Options.StateRetry.
 //
 // # Backups
 //

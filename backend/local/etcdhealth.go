@@ -14,10 +14,10 @@ import (
 //   - The liveness check asks /health?exclude=NOSPACE: an etcd whose database reached its quota
 //     is full, not hung, and restarting it would not help.
 //   - NOSPACE: each check (at a new revision) compacts, defragments and, once the database is
-//     below etcdmaint.DisarmAt of the quota, disarms; until then State.Etcd is not Ready (reason
-//     EtcdNoSpace) and says how to free space.
-//   - A fragmented database is defragmented at most once every backend.MaintenanceInterval: the
-//     single member pauses for as long as it takes (tens of milliseconds for a small database).
+//     below etcdmaint.DisarmAt of the quota, disarms; until then the part backend.PartEtcd is
+//     not Ready (reason EtcdNoSpace) and says how to free space.
+//   - A fragmented database is defragmented at most once every backend.MaintenanceInterval: the single member
+//     pauses for as long as it takes (tens of milliseconds for a small database).
 const (
 	// ReasonEtcdNoSpace: etcd's database reached its quota; it takes no writes.
 	ReasonEtcdNoSpace = backend.ReasonEtcdNoSpace

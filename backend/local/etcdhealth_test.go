@@ -27,8 +27,8 @@ func TestEtcdNoSpace(t *testing.T) {
 	h := startBackendOptions(t, Options{StateDir: t.TempDir(), MaxClusters: 1, Tuning: &tuning, Logger: testenv.Logger(t)})
 	cl := newCluster("full")
 	s := h.await(cl, "Ready", complete)
-	require.NotNil(t, s.Etcd)
-	assert.True(t, s.Etcd.Ready)
+	require.NotNil(t, s.Part(backend.PartEtcd))
+	assert.True(t, s.Part(backend.PartEtcd).Ready)
 	admin, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	cs := kubernetes.NewForConfigOrDie(admin)
@@ -65,7 +65,7 @@ func TestEtcdNoSpace(t *testing.T) {
 		for {
 			s, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 			require.NoError(t, err)
-			if full = s.Etcd != nil && !s.Etcd.Ready; full {
+			if full = s.Part(backend.PartEtcd) != nil && !s.Part(backend.PartEtcd).Ready; full {
 				break
 			}
 			werr := create(written)
@@ -77,7 +77,7 @@ func TestEtcdNoSpace(t *testing.T) {
 			case <-tick.C:
 			case <-deadline:
 				t.Fatalf("etcd refused write %d and within %s the backend neither freed space nor said it is full; last state: ready %v %s: %s; etcd %+v; the write: %v",
-					written, readyWithin, s.Ready, s.Reason, s.Message, s.Etcd, werr)
+					written, readyWithin, s.Ready, s.Reason, s.Message, s.Part(backend.PartEtcd), werr)
 				break poll
 			}
 		}
@@ -85,10 +85,10 @@ func TestEtcdNoSpace(t *testing.T) {
 	}
 	t.Logf("%d ConfigMaps of 900 KiB written, %d refusals, until etcd stayed full", written, refusals)
 
-	full := h.await(cl, "EtcdNoSpace", func(s backend.State) bool { return s.Etcd != nil && !s.Etcd.Ready })
-	assert.Equal(t, ReasonEtcdNoSpace, full.Etcd.Reason)
-	assert.Contains(t, full.Etcd.Message, "reached its quota")
-	assert.Contains(t, full.Etcd.Message, "Delete objects")
+	full := h.await(cl, "EtcdNoSpace", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && !s.Part(backend.PartEtcd).Ready })
+	assert.Equal(t, ReasonEtcdNoSpace, full.Part(backend.PartEtcd).Reason)
+	assert.Contains(t, full.Part(backend.PartEtcd).Message, "reached its quota")
+	assert.Contains(t, full.Part(backend.PartEtcd).Message, "Delete objects")
 	assert.True(t, full.Ready, "it serves reads")
 	_, err = cs.CoreV1().ConfigMaps("default").Get(t.Context(), "big-0", metav1.GetOptions{})
 	require.NoError(t, err, "reads work")
@@ -96,7 +96,7 @@ func TestEtcdNoSpace(t *testing.T) {
 	for i := range written {
 		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(t.Context(), fmt.Sprintf("big-%d", i), metav1.DeleteOptions{}), "deletes work on a full etcd")
 	}
-	freed := h.await(cl, "etcd takes writes again", func(s backend.State) bool { return s.Etcd != nil && s.Etcd.Ready })
+	freed := h.await(cl, "etcd takes writes again", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && s.Part(backend.PartEtcd).Ready })
 	assert.True(t, freed.Ready)
 	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	require.NoError(t, err)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,10 +17,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
-	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
-	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -96,6 +94,9 @@ type Backend struct {
 
 var (
 	_ backend.Backend                = &Backend{}
+	_ backend.Backend                = &Bound{}
+	_ backend.Backups                = &Bound{}
+	_ backend.Authenticator          = &Bound{}
 	_ manager.LeaderElectionRunnable = &Backend{}
 )
 
@@ -174,6 +175,33 @@ func (b *Backend) Versions() []string {
 	return vs
 }
 
+// settings are what a cluster's ProviderConfig says to the local backend.
+type settings struct {
+	// audit: the clusters' API servers keep audit logs (spec.audit, on unless disabled).
+	audit bool
+}
+
+// defaultSettings are those of a ProviderConfig with an empty spec: the unbound Backend's.
+var defaultSettings = settings{audit: true}
+
+// Bound is the Backend bound to one ProviderConfig (ForProfile): it runs the same clusters, with
+// the settings of that ProviderConfig.
+type Bound struct {
+	*Backend
+	set settings
+}
+
+// ForProfile returns the Backend bound to pc: its clusters keep audit logs as pc's spec.audit
+// says; a change of it restarts their API servers (audit.go).
+func (b *Backend) ForProfile(pc *providersv1alpha1.ProviderConfig) backend.Backend {
+	return &Bound{Backend: b, set: settings{audit: pc.Spec.Audit.On()}}
+}
+
+// Ensure is Backend.Ensure with the bound ProviderConfig's settings.
+func (v *Bound) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
+	return v.Backend.ensure(ctx, cl, want, v.set)
+}
+
 // NeedLeaderElection is true: only the leader runs clusters.
 func (b *Backend) NeedLeaderElection() bool { return true }
 
@@ -216,6 +244,19 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.settleGoneKeys(byUID)
 
 	b.mu.Lock()
+	b.adoptLocked(entries, byUID)
+	b.started = true
+	b.lockedBy = ""
+	b.mu.Unlock()
+
+	<-ctx.Done()
+	b.stopAll()
+	return nil
+}
+
+// adoptLocked starts the cluster of each folder of entries (the folders of --state-dir) whose
+// Cluster is in byUID, from its record, and moves the folders of the others aside.
+func (b *Backend) adoptLocked(entries []os.DirEntry, byUID map[types.UID]*clustersv1alpha1.Cluster) {
 	for _, e := range entries {
 		if !e.IsDir() || uuid.Validate(e.Name()) != nil {
 			continue // not a Cluster's folder (the lock, the kind backend's folder)
@@ -252,13 +293,6 @@ func (b *Backend) Start(ctx context.Context) error {
 		}
 		b.log.Info("Adopted a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", m.Ports.APIServer)
 	}
-	b.started = true
-	b.lockedBy = ""
-	b.mu.Unlock()
-
-	<-ctx.Done()
-	b.stopAll()
-	return nil
 }
 
 // stopAll stops every cluster gracefully, in parallel, and forgets them.
@@ -275,329 +309,6 @@ func (b *Backend) stopAll() {
 	}
 	wg.Wait()
 	b.log.Info("Stopped every local cluster; their data stays", "clusters", len(all))
-}
-
-// Ensure starts cl's cluster if it does not run and returns its state. The version follows the
-// contract of backend.Backend: a new cluster runs want.Version, an existing one the version of its
-// record; an allowed change stops the cluster and starts it again with the new version's
-// binaries in the same folder, on the same ports (upgrade).
-func (b *Backend) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.started {
-		msg := "The local backend is starting (adopting the clusters of an earlier run) or this replica is not the leader."
-		if b.lockedBy != "" {
-			msg = fmt.Sprintf("The local backend waits for the lock of --state-dir %s, held by %s: the process that ran these clusters before has not ended yet.",
-				b.opts.StateDir, b.lockedBy)
-		}
-		return backend.State{Reason: backend.ReasonBackendStarting, RetryAfter: time.Second, Message: msg}, nil
-	}
-	if b.deleting[cl.UID] {
-		return backend.State{}, fmt.Errorf("cluster %s/%s is being deleted", cl.Namespace, cl.Name)
-	}
-	in := b.instances[cl.UID]
-	if up := b.upgrades[cl.UID]; up != nil {
-		return b.upgradeStateLocked(cl.UID, in, up), nil
-	}
-	if r := b.restores[cl.UID]; r != nil {
-		return b.restoreStateLocked(cl.UID, in, r), nil
-	}
-	if err := b.restoreErrs[cl.UID]; err != nil {
-		delete(b.restoreErrs, cl.UID) // reported once; the next Ensure tries again
-		return backend.State{}, err
-	}
-	repaired := ""
-	var change *backend.VersionChange
-	if in == nil {
-		if _, err := os.Stat(filepath.Join(b.dir(cl.UID), metaFile)); want.NotOffered != nil && errors.Is(err, os.ErrNotExist) {
-			if _, ran := localStatus(cl); !ran {
-				return backend.State{}, want.NotOffered // never made: nothing to keep running
-			}
-		}
-		if b.usedLocked() >= b.opts.MaxClusters {
-			return backend.State{}, b.refuseLocked(cl.UID, backend.RefOf(cl)) // started once a place frees
-		}
-		delete(b.waiting, cl.UID)
-		dir := b.dir(cl.UID)
-		m, err := readMeta(dir)
-		running := m.Version // "" for a cluster not made yet
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			m = meta{UID: cl.UID, Version: want.Version, ServiceCIDR: b.opts.ServiceCIDR}
-			running = ""
-			if lost, ps := folderLost(dir, cl); lost != nil {
-				m.DataLost, m.Ports = lost, ps // the same ports, if free: the endpoint stays
-				b.log.Error(nil, "The folder of a cluster that ran is gone: creating it anew, EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
-			} else if _, ran := localStatus(cl); ran {
-				// The folder is there but its record is not (removed by hand, or kept aside by a
-				// repair whose start then failed): rebuilt like a garbled one.
-				m, repaired = b.repairMeta(dir, cl, want.Version, err)
-				running = m.Version
-			}
-		case err != nil:
-			m, repaired = b.repairMeta(dir, cl, want.Version, err)
-			running = m.Version
-		}
-		target, ch, err := backend.Resolve(running, want)
-		if err != nil {
-			return backend.State{}, err
-		}
-		m.Version, change = target, b.checkChangeLocked(ch)
-		if change != nil && change.Refused {
-			m.Version = change.From // refused here: the cluster starts as it ran
-		}
-		if change != nil && !change.Refused {
-			// The cluster does not run: it starts with the new version's binaries at once.
-			b.upgrades[cl.UID] = &upgrade{change: change}
-		}
-		m.Namespace, m.Name, m.Profile = cl.Namespace, cl.Name, cl.Spec.Profile
-		m.NoAudit = !want.Audit
-		pending := finishRestore(dir, &m)
-		if pending || (running == "" && m.DataLost == nil && cl.Annotations[backend.AnnotationRestoreFrom] != "") {
-			return b.restoreNewLocked(ctx, cl, dir, m)
-		}
-		if etcdLost(dir, &m, cl) {
-			b.log.Error(nil, "The etcd data of a cluster that ran is gone: starting it EMPTY", "cluster", cl.Namespace+"/"+cl.Name, "dir", dir)
-		}
-		if in, err = b.runLocked(dir, m); err != nil {
-			delete(b.upgrades, cl.UID)
-			return backend.State{}, b.stateError(err)
-		}
-		in.mu.Lock()
-		port := in.meta.Ports.APIServer
-		in.mu.Unlock()
-		b.log.Info("Starting a cluster", "cluster", m.Namespace+"/"+m.Name, "version", m.Version, "apiServerPort", port)
-	} else {
-		in.mu.Lock()
-		running := in.meta.Version
-		in.mu.Unlock()
-		_, ch, err := backend.Resolve(running, want)
-		if err != nil {
-			return backend.State{}, err
-		}
-		if change = b.checkChangeLocked(ch); change != nil && !change.Refused {
-			up := &upgrade{change: change, old: in}
-			b.upgrades[cl.UID] = up
-			go b.upgrade(in, up)
-		}
-	}
-	if up := b.upgrades[cl.UID]; up != nil {
-		return b.upgradeStateLocked(cl.UID, in, up), nil
-	}
-	in.setRotation(cl.Annotations[backend.AnnotationRotateEncryptionKey])
-	if err := in.setAudit(want.Audit); err != nil {
-		return backend.State{}, err
-	}
-	s := in.state()
-	s.Repaired = repaired
-	s.VersionChange = change // refused, or nil
-	return s, nil
-}
-
-// upgrade is a cluster moving in place to another version.
-type upgrade struct {
-	change *backend.VersionChange
-	// old is the instance of the version it moves from while it stops; nil once the new
-	// version's processes were started.
-	old *instance
-}
-
-// checkChangeLocked adds the local backend's refusals to an allowed change: a version no
-// --local-binaries folder serves, and an etcd that would skip or go back a release line.
-func (b *Backend) checkChangeLocked(c *backend.VersionChange) *backend.VersionChange {
-	if c == nil || c.Refused {
-		return c
-	}
-	to, ok := b.binaries(c.To)
-	if !ok {
-		return backend.Refuse(c.From, c.To, fmt.Sprintf(
-			"upgrade from %s to %s is refused: no --local-binaries folder serves Kubernetes %s (served: %s); add one, or set spec.kubernetes.version back to %s",
-			c.From, c.To, c.To, strings.Join(b.Versions(), ", "), c.From))
-	}
-	fromLine, _ := backend.EtcdLine(c.From)
-	if from, ok := b.binaries(c.From); ok {
-		fromLine = from.EtcdLine()
-	}
-	switch toLine := to.EtcdLine(); {
-	case toLine < fromLine:
-		return backend.Refuse(c.From, c.To, fmt.Sprintf(
-			"change from %s to %s is refused: it would move etcd back from 3.%d to 3.%d, which etcd cannot do with the cluster's data; set spec.kubernetes.version back to %s",
-			c.From, c.To, fromLine, toLine, c.From))
-	case toLine > fromLine+1:
-		return backend.Refuse(c.From, c.To, fmt.Sprintf(
-			"upgrade from %s to %s is refused: it would move etcd from 3.%d to 3.%d, and etcd moves one release line at a time; upgrade through a version whose etcd is 3.%d first",
-			c.From, c.To, fromLine, toLine, fromLine+1))
-	}
-	return c
-}
-
-// upgrade stops the cluster of old gracefully (kube-apiserver and kube-controller-manager, then
-// etcd), records the new version and starts the cluster again in the same folder on the same
-// ports: etcd first, then kube-apiserver, then kube-controller-manager. Data, CA, certificates
-// and every issued kubeconfig stay. A Delete or a stop of the backend meanwhile wins.
-func (b *Backend) upgrade(old *instance, up *upgrade) {
-	old.log.Info("Upgrading a cluster in place", "from", up.change.From, "to", up.change.To)
-	old.stop(false)
-	old.mu.Lock()
-	m := old.meta
-	old.mu.Unlock()
-	b.mu.Lock()
-	if b.instances[m.UID] != old || !b.started {
-		delete(b.upgrades, m.UID) // deleted, or the backend stopped: the record still names From
-		b.mu.Unlock()
-		return
-	}
-	delete(b.instances, m.UID)
-	b.ports.release(m.Ports) // and kept again at once: the endpoint stays
-	m.Version = up.change.To
-	_, err := b.runLocked(old.dir, m)
-	up.old = nil
-	if err != nil {
-		delete(b.upgrades, m.UID) // the next Ensure starts the cluster from its record
-		old.log.Error(err, "Starting the upgraded cluster failed; the next reconcile tries again", "version", m.Version)
-		b.freedLocked()
-	}
-	b.mu.Unlock()
-	b.notify(old)
-}
-
-// upgradeStateLocked is the state of a cluster that moves to another version: not Ready while its
-// old processes stop and its new ones start; done (and forgotten) once the new API server serves
-// and reports the new version.
-func (b *Backend) upgradeStateLocked(uid types.UID, in *instance, up *upgrade) backend.State {
-	c := *up.change
-	if up.old != nil || in == nil {
-		from := up.old
-		if from == nil {
-			from = in
-		}
-		var s backend.State
-		if from != nil {
-			s = from.state()
-		}
-		msg := fmt.Sprintf("Upgrading from Kubernetes %s to %s: the cluster's processes stop and start again with the new binaries.", c.From, c.To)
-		s.Ready, s.Reason, s.Message, s.RetryAfter = false, backend.ReasonUpgrading, msg, time.Second
-		s.ControllerManager = &backend.Part{Reason: backend.ReasonUpgrading, Message: msg}
-		s.Runs, s.Version, s.VersionChange = c.From, "", &c
-		return s
-	}
-	s := in.state()
-	if s.Ready && backend.SameVersion(s.Version, c.To) {
-		delete(b.upgrades, uid)
-		b.log.Info("Upgraded a cluster", "cluster", s.Info, "from", c.From, "to", c.To)
-		return s
-	}
-	c.Message = fmt.Sprintf("Upgrading from Kubernetes %s to %s: the new API server starts on the same data.", c.From, c.To)
-	s.Runs, s.VersionChange = c.From, &c
-	return s
-}
-
-// folderLost returns now and the ports the cluster had if cl's folder dir is gone although the
-// cluster ran here before: the Cluster's status holds this backend's provider status, which is
-// written only once its folder exists.
-func folderLost(dir string, cl *clustersv1alpha1.Cluster) (*time.Time, ports) {
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		return nil, ports{}
-	}
-	ps, ran := localStatus(cl)
-	if !ran {
-		return nil, ports{}
-	}
-	now := time.Now().UTC().Truncate(time.Second)
-	return &now, ps.Ports
-}
-
-// runLocked prepares the folder of a cluster (ports, certificates, authentication config, its
-// record) and starts its processes.
-func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
-	bins, ok := b.binaries(m.Version)
-	if !ok {
-		return nil, backend.Errorf(backend.ReasonVersionNotSupported,
-			"the cluster runs Kubernetes %s, but no --local-binaries folder serves it (served: %v); add a folder with that version",
-			m.Version, b.Versions())
-	}
-	if err := os.MkdirAll(filepath.Join(dir, logDir), 0o700); err != nil {
-		return nil, err
-	}
-	var err error
-	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.ControllerManager} {
-		if *p, _, err = b.ports.keep(*p); err != nil {
-			b.ports.release(m.Ports)
-			return nil, err
-		}
-	}
-	in, err := b.prepareLocked(dir, m, bins)
-	if err != nil {
-		b.ports.release(m.Ports) // the cluster does not run; its ports may go to another
-		return nil, err
-	}
-	b.instances[m.UID] = in
-	in.start()
-	return in, nil
-}
-
-// prepareLocked writes what cluster m needs in its folder dir besides its ports (certificates,
-// authentication config, its record) and returns its instance, not started.
-func (b *Backend) prepareLocked(dir string, m meta, bins Binaries) (*instance, error) {
-	// The kubernetes Service's address is a name of the API server too.
-	p, err := b.loadPKI(dir, m)
-	if err != nil {
-		return nil, err
-	}
-	authPath := filepath.Join(dir, authConfigFile)
-	if _, err := os.Stat(authPath); errors.Is(err, os.ErrNotExist) {
-		if err := authconfig.WriteFile(authPath, nil); err != nil { // no issuer yet
-			return nil, err
-		}
-	}
-	enc, err := ensureEncryption(dir)
-	if err != nil {
-		return nil, err
-	}
-	if err := writeFileAtomic(filepath.Join(dir, auditPolicyFile), []byte(controlplane.AuditPolicy), 0o600); err != nil {
-		return nil, err
-	}
-	if err := writeMeta(dir, m); err != nil {
-		return nil, err
-	}
-	in, err := newInstance(b, dir, m, bins, p)
-	if err != nil {
-		return nil, err
-	}
-	in.enc = enc
-	return in, nil
-}
-
-// loadPKI loads the PKI of cluster m in its folder dir, issuing what is missing or due.
-func (b *Backend) loadPKI(dir string, m meta) (*pki, error) {
-	// The kubernetes Service's address is a name of the API server too.
-	return loadOrCreatePKI(filepath.Join(dir, pkiDir), append(b.hosts(), kubernetesServiceIP(m.serviceCIDR()).String()), b.opts.Certificates)
-}
-
-// reassignAPIServerPort gives in's API server a new port if another process took its port.
-func (b *Backend) reassignAPIServerPort(in *instance) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	old := in.meta.Ports.APIServer
-	if b.ports.free(old) {
-		return nil
-	}
-	port, err := b.ports.allocate()
-	if err != nil {
-		return err
-	}
-	m := in.meta
-	m.Ports.APIServer = port
-	if err := writeMeta(in.dir, m); err != nil {
-		return err
-	}
-	delete(b.ports.taken, old)
-	in.meta = m
-	in.log.Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
-	go in.restart(procControllerManager) // after in.mu is released
-	return nil
 }
 
 func (b *Backend) hosts() []string {

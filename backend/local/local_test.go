@@ -120,9 +120,15 @@ func (h *harness) await(cl *clustersv1alpha1.Cluster, what string, cond func(bac
 // awaitWant is await with the version cl asks for.
 func (h *harness) awaitWant(cl *clustersv1alpha1.Cluster, want backend.Want, what string, cond func(backend.State) bool) backend.State {
 	h.t.Helper()
+	return h.awaitOn(h.b, cl, want, what, cond)
+}
+
+// awaitOn is awaitWant through be: the harness's Backend, or one bound to a ProviderConfig.
+func (h *harness) awaitOn(be backend.Backend, cl *clustersv1alpha1.Cluster, want backend.Want, what string, cond func(backend.State) bool) backend.State {
+	h.t.Helper()
 	deadline := time.After(readyWithin)
 	for {
-		s, err := h.b.Ensure(h.t.Context(), cl, want)
+		s, err := be.Ensure(h.t.Context(), cl, want)
 		require.NoError(h.t, err)
 		if cond(s) {
 			return s
@@ -154,7 +160,23 @@ func ready(s backend.State) bool { return s.Ready }
 
 // complete: the API server serves and the controller manager runs its controllers.
 func complete(s backend.State) bool {
-	return s.Ready && s.ControllerManager != nil && s.ControllerManager.Ready
+	kcm := s.Part(backend.PartControllerManager)
+	return s.Ready && kcm != nil && kcm.Ready
+}
+
+// dataLost is what s says of the cluster's lost data (its Provisioned part of reason DataLost),
+// or "".
+func dataLost(s backend.State) string {
+	if p := s.Part(backend.PartProvisioned); p != nil && p.Reason == backend.ReasonDataLost {
+		return p.Message
+	}
+	return ""
+}
+
+// restarts is how many times the cluster's processes restarted, as its provider status says.
+func restarts(s backend.State) int {
+	ps, _ := s.ProviderStatus.(providerStatus)
+	return ps.Restarts
 }
 
 func portOpen(endpointURL string) bool {
@@ -256,9 +278,9 @@ func TestClusterLifecycle(t *testing.T) {
 			require.NotZero(t, pid)
 			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 			if proc == procControllerManager {
-				down := h.await(cl, "controller manager not Ready after the kill", func(s backend.State) bool { return !s.ControllerManager.Ready })
-				assert.Equal(t, backend.ReasonRestarting, down.ControllerManager.Reason)
-				assert.Contains(t, down.ControllerManager.Message, proc+" exited (signal: killed)")
+				down := h.await(cl, "controller manager not Ready after the kill", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
+				assert.Equal(t, backend.ReasonRestarting, down.Part(backend.PartControllerManager).Reason)
+				assert.Contains(t, down.Part(backend.PartControllerManager).Message, proc+" exited (signal: killed)")
 				assert.True(t, down.Ready, "the API server serves on")
 			} else {
 				down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
@@ -266,7 +288,7 @@ func TestClusterLifecycle(t *testing.T) {
 				assert.Contains(t, down.Message, proc+" exited (signal: killed)")
 			}
 			up := h.await(cl, "complete again", complete)
-			assert.Equal(t, before.Restarts+1, up.Restarts)
+			assert.Equal(t, restarts(before)+1, restarts(up))
 			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc], "a new process")
 			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
 			assert.NoError(t, err, "the data survives")
@@ -277,8 +299,8 @@ func TestClusterLifecycle(t *testing.T) {
 		pid := h.b.PIDs(cl.UID)[procControllerManager]
 		require.NotZero(t, pid)
 		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
-		down := h.await(cl, "controller manager not Ready while hung", func(s backend.State) bool { return !s.ControllerManager.Ready })
-		assert.Contains(t, down.ControllerManager.Message, "missed 3 health checks in a row")
+		down := h.await(cl, "controller manager not Ready while hung", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
+		assert.Contains(t, down.Part(backend.PartControllerManager).Message, "missed 3 health checks in a row")
 		assert.True(t, down.Ready, "the API server serves on")
 		h.await(cl, "complete again", complete)
 		assert.True(t, processGone(pid), "the hung process was killed")
@@ -300,7 +322,7 @@ func TestClusterLifecycle(t *testing.T) {
 			up := h.await(cl, "complete again", complete)
 			assert.True(t, processGone(pid), "the hung process was killed")
 			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc])
-			assert.Greater(t, up.Restarts, before.Restarts)
+			assert.Greater(t, restarts(up), restarts(before))
 			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
 			assert.NoError(t, err, "the data survives")
 		})

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -13,6 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 )
 
 func TestMetaRoundTrip(t *testing.T) {
@@ -294,5 +298,31 @@ func TestServiceCIDRKept(t *testing.T) {
 			m, _ := b.repairMeta(t.TempDir(), cl, "1.37.1", os.ErrNotExist)
 			assert.Equal(t, tc.want, m.serviceCIDR())
 		})
+	}
+}
+
+// TestForProfile: bound to a ProviderConfig, the backend keeps the audit logs its spec.audit asks
+// for (on unless disabled), as the unbound one does for an empty spec; it serves the same
+// versions, and the same clusters.
+func TestForProfile(t *testing.T) {
+	b, err := New(Options{Binaries: []Binaries{{Version: "1.36.3"}, {Version: "1.37.1"}}, StateDir: t.TempDir(),
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil }})
+	require.NoError(t, err)
+	assert.True(t, defaultSettings.audit, "unbound: as an empty spec, audit on")
+	for _, c := range []struct {
+		name  string
+		audit *providersv1alpha1.AuditPolicy
+		want  bool
+	}{
+		{"unset", nil, true},
+		{"on", &providersv1alpha1.AuditPolicy{}, true},
+		{"disabled", &providersv1alpha1.AuditPolicy{Disabled: true}, false},
+	} {
+		pc := &providersv1alpha1.ProviderConfig{Spec: providersv1alpha1.ProviderConfigSpec{Audit: c.audit}}
+		bound, ok := b.ForProfile(pc).(*Bound)
+		require.True(t, ok, c.name)
+		assert.Equal(t, c.want, bound.set.audit, c.name)
+		assert.Same(t, b, bound.Backend, "%s: the same clusters", c.name)
+		assert.Equal(t, []string{"1.37.1", "1.36.3"}, bound.Versions(), c.name)
 	}
 }

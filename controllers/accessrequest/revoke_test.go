@@ -16,6 +16,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -115,8 +116,9 @@ func directReconciler(profile string, be backend.Backend) *accessrequest.Reconci
 // unreachableBackend runs no cluster: every call fails.
 type unreachableBackend struct{}
 
-func (unreachableBackend) Name() string       { return "local" }
-func (unreachableBackend) Versions() []string { return []string{"1.37.1"} }
+func (unreachableBackend) Name() string                                                   { return "local" }
+func (unreachableBackend) Versions() []string                                             { return []string{"1.37.1"} }
+func (b unreachableBackend) ForProfile(*providersv1alpha1.ProviderConfig) backend.Backend { return b }
 func (unreachableBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, backend.Want) (backend.State, error) {
 	return backend.State{}, errors.New("unreachable")
 }

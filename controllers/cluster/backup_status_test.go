@@ -98,7 +98,7 @@ func TestSetRestored(t *testing.T) {
 func TestBackupConditionsAreInformational(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{}
 	require.NoError(t, setState(cl, "local", backend.State{Runs: "1.37.1", Ready: true, Reason: backend.ReasonRunning,
-		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}, nil))
+		Parts: []backend.Part{{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning}}}, nil))
 	setBackedUp(cl, nil, time.Hour, 24, errors.New("disk full"), "prof")
 	setRestored(cl, backend.State{}, backend.Errorf(backend.ReasonRestoreRefused, "no such snapshot"))
 	finish(cl)

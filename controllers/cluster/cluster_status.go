@@ -18,22 +18,20 @@ import (
 // Condition types of a Cluster.
 const (
 	// ConditionProvisioned says whether the cluster behind the Cluster resource exists (its
-	// processes, containers or machines were created).
-	ConditionProvisioned = "Provisioned"
+	// processes, containers or machines were created); a Backend's backend.PartProvisioned
+	// replaces what the reconciler says of a cluster that exists (DataLost).
+	ConditionProvisioned = backend.PartProvisioned
 	// ConditionAPIServerReady says whether the cluster's API server serves requests.
 	ConditionAPIServerReady = "APIServerReady"
 	// ConditionControllerManagerReady says whether the cluster's kube-controller-manager runs its
-	// controllers (for a backend that supervises it: local). Without it the cluster is incomplete:
-	// aggregated roles stay empty, namespaces never finish deleting.
-	ConditionControllerManagerReady = "ControllerManagerReady"
-	// ConditionEtcdHealthy says whether the cluster's etcd takes writes (for a backend that reports
-	// it: local, hosted): False with reason EtcdNoSpace while its database is at its quota.
-	ConditionEtcdHealthy = "EtcdHealthy"
+	// controllers (backend.PartControllerManager).
+	ConditionControllerManagerReady = backend.PartControllerManager
+	// ConditionEtcdHealthy says whether the cluster's etcd takes writes (backend.PartEtcd).
+	ConditionEtcdHealthy = backend.PartEtcd
 	// ConditionEndpointResilient says whether the cluster's endpoint survives the loss of any one
-	// node of its host (for a backend that reports it: hosted): False with reason
-	// SingleNodeEndpoint while it is one node's address. Informational: it does not make the
-	// Cluster not Ready.
-	ConditionEndpointResilient = "EndpointResilient"
+	// node of its host (backend.PartEndpoint). Informational: it does not make the Cluster not
+	// Ready.
+	ConditionEndpointResilient = backend.PartEndpoint
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
 	// ConditionVersionUpToDate says whether the cluster runs the version the Cluster asks for:
@@ -65,10 +63,10 @@ const (
 	ReasonProcessRestarted = "ProcessRestarted"
 	// ReasonDataLost: the cluster was created anew, empty, because its data was gone (condition
 	// Provisioned, and a Warning Event).
-	ReasonDataLost = "DataLost"
+	ReasonDataLost = backend.ReasonDataLost
 	// ReasonStateRepaired: the backend found part of the cluster's state damaged and made it anew
 	// without loss (Warning Event).
-	ReasonStateRepaired = "StateRepaired"
+	ReasonStateRepaired = backend.ReasonStateRepaired
 	// ReasonVersionCurrent: the cluster runs the version asked for (condition VersionUpToDate).
 	ReasonVersionCurrent = "VersionCurrent"
 	// ReasonUpgraded: an upgrade finished (Event only).
@@ -102,29 +100,11 @@ func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State,
 		setNotProvisioned(cl, s.Reason, s.Message)
 		return nil
 	}
-	if s.DataLost != "" {
-		setCondition(cl, ConditionProvisioned, true, ReasonDataLost, s.DataLost)
-	} else {
-		setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
-			fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, s.Runs))
-	}
+	setCondition(cl, ConditionProvisioned, true, ReasonProvisioned,
+		fmt.Sprintf("The %s backend runs a cluster of Kubernetes %s for this Cluster.", backendName, s.Runs))
 	setVersion(cl, s)
 	setCondition(cl, ConditionAPIServerReady, s.Ready, s.Reason, s.Message)
-	if p := s.ControllerManager; p != nil {
-		setCondition(cl, ConditionControllerManagerReady, p.Ready, p.Reason, p.Message)
-	} else {
-		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionControllerManagerReady)
-	}
-	for _, part := range []struct {
-		condType string
-		p        *backend.Part
-	}{{ConditionEtcdHealthy, s.Etcd}, {ConditionEndpointResilient, s.Exposure}} {
-		if part.p != nil {
-			setCondition(cl, part.condType, part.p.Ready, part.p.Reason, part.p.Message)
-		} else {
-			meta.RemoveStatusCondition(&cl.Status.Conditions, part.condType)
-		}
-	}
+	setParts(cl, s.Parts)
 	cl.Status.APIServer = s.Endpoint
 	cl.Status.Endpoints = cl.Status.Endpoints[:0]
 	for name, url := range s.Endpoints {
@@ -149,6 +129,19 @@ func setState(cl *clustersv1alpha1.Cluster, backendName string, s backend.State,
 		cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
 	}
 	return nil
+}
+
+// setParts sets a condition for each part the backend reports and removes those of the part
+// types it does not report.
+func setParts(cl *clustersv1alpha1.Cluster, parts []backend.Part) {
+	for _, p := range parts {
+		setCondition(cl, p.Type, p.Ready, p.Reason, p.Message)
+	}
+	for _, t := range backend.PartTypes {
+		if !slices.ContainsFunc(parts, func(p backend.Part) bool { return p.Type == t }) {
+			meta.RemoveStatusCondition(&cl.Status.Conditions, t)
+		}
+	}
 }
 
 // listedSnapshot is a snapshot as status.providerStatus.backups lists it.

@@ -60,7 +60,7 @@ func TestSetState(t *testing.T) {
 		{
 			name: "API server ready, controller manager starting: not Ready",
 			state: readyWith(func(s *backend.State) {
-				s.ControllerManager = &backend.Part{Reason: backend.ReasonStarting, Message: "starts"}
+				s.SetPart(backend.Part{Type: backend.PartControllerManager, Reason: backend.ReasonStarting, Message: "starts"})
 			}),
 			wantPhase: common.PhaseProgressing,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
@@ -72,7 +72,7 @@ func TestSetState(t *testing.T) {
 		{
 			name: "complete",
 			state: readyWith(func(s *backend.State) {
-				s.ControllerManager = &backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: "runs"}
+				s.SetPart(backend.Part{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning, Message: "runs"})
 			}),
 			wantPhase: common.PhaseReady,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
@@ -82,8 +82,10 @@ func TestSetState(t *testing.T) {
 			wantKCM:        metav1.ConditionTrue, wantKCMReason: backend.ReasonRunning,
 		},
 		{
-			name:      "re-created after its data was lost: Ready, and says so",
-			state:     readyWith(func(s *backend.State) { s.DataLost = "the folder was gone" }),
+			name: "re-created after its data was lost: Ready, and says so",
+			state: readyWith(func(s *backend.State) {
+				s.SetPart(backend.Part{Type: backend.PartProvisioned, Ready: true, Reason: backend.ReasonDataLost, Message: "the folder was gone"})
+			}),
 			wantPhase: common.PhaseReady,
 			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonDataLost,
 			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
@@ -115,6 +117,9 @@ func TestSetState(t *testing.T) {
 			p := condition(t, cl, ConditionProvisioned)
 			assert.Equal(t, tt.wantProv, p.Status)
 			assert.Equal(t, tt.wantProvReason, p.Reason)
+			if tt.wantProvReason == ReasonDataLost {
+				assert.Equal(t, "the folder was gone", p.Message, "the backend's words")
+			}
 			a := condition(t, cl, ConditionAPIServerReady)
 			assert.Equal(t, tt.wantAPI, a.Status)
 			assert.Equal(t, tt.wantAPIReason, a.Reason)
@@ -138,7 +143,7 @@ func TestSetState(t *testing.T) {
 func TestSetNotProvisionedKeepsControllerManagerFalse(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 	require.NoError(t, setState(cl, "local", backend.State{Runs: "1.37.1", Ready: true, Reason: backend.ReasonRunning,
-		ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}, nil))
+		Parts: []backend.Part{{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning}}}, nil))
 	setNotProvisioned(cl, backend.ReasonBackendStarting, "adopting")
 	finish(cl)
 	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase)
@@ -182,7 +187,7 @@ func TestSetVersion(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
 			require.NoError(t, setState(cl, "local", backend.State{Ready: true, Reason: backend.ReasonRunning, Runs: "1.37.1", VersionChange: tt.change,
-				ControllerManager: &backend.Part{Ready: true, Reason: backend.ReasonRunning}}, nil))
+				Parts: []backend.Part{{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning}}}, nil))
 			c := condition(t, cl, ConditionVersionUpToDate)
 			assert.Equal(t, tt.wantStatus, c.Status)
 			assert.Equal(t, tt.wantReason, c.Reason)
@@ -219,13 +224,13 @@ func TestTransition(t *testing.T) {
 	}
 }
 
-// TestEndpointResilient: the backend's Exposure is condition EndpointResilient; False (an
+// TestEndpointResilient: the backend's PartEndpoint is condition EndpointResilient; False (an
 // endpoint on one node) is a warning that leaves the Cluster Ready; a backend that does not
 // report it has no such condition.
 func TestEndpointResilient(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{}
 	st := backend.State{Ready: true, Reason: backend.ReasonRunning, Message: "serving", Runs: "1.37.1",
-		Exposure: &backend.Part{Reason: backend.ReasonSingleNodeEndpoint, Message: "The endpoint 172.18.0.3 is one node's address"}}
+		Parts: []backend.Part{{Type: backend.PartEndpoint, Reason: backend.ReasonSingleNodeEndpoint, Message: "The endpoint 172.18.0.3 is one node's address"}}}
 	require.NoError(t, setState(cl, "hosted", st, nil))
 	finish(cl)
 	c := condition(t, cl, ConditionEndpointResilient)
@@ -233,7 +238,40 @@ func TestEndpointResilient(t *testing.T) {
 	assert.Equal(t, backend.ReasonSingleNodeEndpoint, c.Reason)
 	assert.Equal(t, common.PhaseReady, cl.Status.Phase, "a warning, not an outage")
 
-	st.Exposure = nil
+	st.Parts = nil
 	require.NoError(t, setState(cl, "local", st, nil))
 	assert.Nil(t, meta.FindStatusCondition(cl.Status.Conditions, ConditionEndpointResilient))
+}
+
+// TestSetParts: each part the backend reports is the condition of its type, whatever the part;
+// the conditions of the known part types it stops reporting go; Provisioned, which the reconciler
+// sets itself, stays when no part says more.
+func TestSetParts(t *testing.T) {
+	running := backend.State{Ready: true, Reason: backend.ReasonRunning, Message: "serving", Runs: "1.37.1"}
+	all := running
+	all.Parts = []backend.Part{
+		{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning, Message: "runs"},
+		{Type: backend.PartEtcd, Reason: backend.ReasonEtcdNoSpace, Message: "full"},
+		{Type: backend.PartEndpoint, Ready: true, Reason: backend.ReasonLoadBalancer, Message: "balanced"},
+		{Type: backend.PartProvisioned, Ready: true, Reason: backend.ReasonDataLost, Message: "lost"},
+	}
+	cl := &clustersv1alpha1.Cluster{}
+	require.NoError(t, setState(cl, "hosted", all, nil))
+	for _, p := range all.Parts {
+		c := condition(t, cl, p.Type)
+		assert.Equal(t, p.Ready, c.Status == metav1.ConditionTrue, p.Type)
+		assert.Equal(t, p.Reason, c.Reason, p.Type)
+		assert.Equal(t, p.Message, c.Message, p.Type)
+	}
+	finish(cl)
+	assert.Equal(t, common.PhaseProgressing, cl.Status.Phase, "etcd full: not Ready")
+
+	require.NoError(t, setState(cl, "hosted", running, nil))
+	for _, partType := range backend.PartTypes {
+		assert.Nil(t, meta.FindStatusCondition(cl.Status.Conditions, partType), "%s is not reported any more", partType)
+	}
+	p := condition(t, cl, ConditionProvisioned)
+	assert.Equal(t, ReasonProvisioned, p.Reason, "the reconciler's own Provisioned again")
+	finish(cl)
+	assert.Equal(t, common.PhaseReady, cl.Status.Phase)
 }

@@ -34,11 +34,9 @@ type Reconciler struct {
 	kit.ProfileScope
 }
 
-// want is what cl asks of the backend: its version, and the profile's audit setting.
+// want is what cl asks of the backend: its version.
 func (r *Reconciler) want(cl *clustersv1alpha1.Cluster) backend.Want {
-	w := backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version)
-	w.Audit = r.Audit.On()
-	return w
+	return backend.WantOf(r.Offer, cl.Spec.Kubernetes.Version)
 }
 
 // Reconcile follows the usual shape: fetch, responsibility check, operation annotation,
@@ -120,8 +118,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 		}
 		return reconcile.Result{}, errors.Join(fmt.Errorf("provisioning: %w", err), serr)
 	}
-	if state.Repaired != "" {
-		r.Event(cl, "Warning", ReasonStateRepaired, "Provision", "%s", state.Repaired)
+	for _, w := range state.Warnings {
+		r.Event(cl, "Warning", w.Reason, "Provision", "%s", w.Message)
 	}
 	bks, err := r.backups(ctx, cl, &state)
 	if err != nil {

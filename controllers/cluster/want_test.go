@@ -6,28 +6,24 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
-// TestWantAudit: what the backend is asked carries the ProviderConfig's spec.audit (on unless
-// disabled) besides the version.
-func TestWantAudit(t *testing.T) {
-	offer := backend.Offer{Versions: []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}, Default: "1.37.1"}
-	cl := &clustersv1alpha1.Cluster{}
+// TestWant: what the backend is asked is the version only (the ProviderConfig's settings, as
+// spec.audit, reach the backend through its binding, backend.Backend.ForProfile): the profile's
+// default for a Cluster that names none, else the one it names.
+func TestWant(t *testing.T) {
+	offer := backend.Offer{Versions: []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.36.3"}}, Default: "1.37.1"}
+	r := &Reconciler{ProfileScope: kit.ProfileScope{Offer: offer}}
 	for _, c := range []struct {
-		name   string
-		policy *providersv1alpha1.AuditPolicy
-		want   bool
+		name, asks string
+		want       backend.Want
 	}{
-		{"unset", nil, true},
-		{"on", &providersv1alpha1.AuditPolicy{}, true},
-		{"disabled", &providersv1alpha1.AuditPolicy{Disabled: true}, false},
+		{"none named", "", backend.Want{Version: "1.37.1"}},
+		{"named", "v1.36.3", backend.Want{Version: "1.36.3", Requested: "1.36.3"}},
 	} {
-		r := &Reconciler{ProfileScope: kit.ProfileScope{Offer: offer, Audit: c.policy}}
-		w := r.want(cl)
-		assert.Equal(t, c.want, w.Audit, c.name)
-		assert.Equal(t, "1.37.1", w.Version, c.name)
+		cl := &clustersv1alpha1.Cluster{Spec: clustersv1alpha1.ClusterSpec{Kubernetes: clustersv1alpha1.K8sConfiguration{Version: c.asks}}}
+		assert.Equal(t, c.want, r.want(cl), c.name)
 	}
 }

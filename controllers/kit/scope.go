@@ -20,8 +20,8 @@ type ProfileScope struct {
 	Profile string
 	// BackendName is the ProviderConfig's spec.backend.
 	BackendName string
-	// Backend runs the profile's clusters; nil when BackendName is not available in this
-	// operator.
+	// Backend runs the profile's clusters, bound to the profile's ProviderConfig
+	// (backend.Backend.ForProfile); nil when BackendName is not available in this operator.
 	Backend backend.Backend
 	// Offer is what the profile offers: the versions published in the ClusterProfile and the
 	// default.
@@ -31,8 +31,6 @@ type ProfileScope struct {
 	OIDC *providersv1alpha1.OIDCSettings
 	// Backup is the ProviderConfig's spec.backup: the snapshot schedule. Nil is the default one.
 	Backup *providersv1alpha1.BackupPolicy
-	// Audit is the ProviderConfig's spec.audit: whether the clusters' API servers keep audit logs.
-	Audit *providersv1alpha1.AuditPolicy
 }
 
 // Event emits an Event on obj if there is a Recorder. note is a format for args.

@@ -105,12 +105,15 @@ type Builder struct {
 
 // Build returns the profile named name serving pc: its reconcilers and the hash of pc's spec, so
 // that a spec change restarts them.
+//
+// The Backend of pc's spec.backend is bound to pc here, once (backend.Backend.ForProfile): both
+// reconcilers and the offer work with that one view of the spec.
 func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manager.Profile {
-	be := backend.Bound(b.Backends.Get(string(pc.Spec.Backend)), pc)
+	be := Bind(b.Backends.Get(string(pc.Spec.Backend)), pc)
 	scope := kit.ProfileScope{
 		Client: b.Client, Recorder: b.Recorder, ProviderName: b.ProviderName, Profile: name,
 		BackendName: string(pc.Spec.Backend), Backend: be, Offer: OfferOf(pc, be), OIDC: pc.Spec.OIDC.DeepCopy(),
-		Backup: pc.Spec.Backup.DeepCopy(), Audit: pc.Spec.Audit.DeepCopy(),
+		Backup: pc.Spec.Backup.DeepCopy(),
 	}
 	return manager.Profile{
 		Name: name,
@@ -122,12 +125,22 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 	}
 }
 
-// OfferOf is what the profile of pc offers when be runs its clusters: the wanted versions be
-// serves for pc (every served one when none is wanted). A nil be serves nothing.
-func OfferOf(pc *providersv1alpha1.ProviderConfig, be backend.Backend) backend.Offer {
+// Bind is be bound to pc (backend.Backend.ForProfile); nil stays nil (the backend does not run
+// in this operator).
+func Bind(be backend.Backend, pc *providersv1alpha1.ProviderConfig) backend.Backend {
+	if be == nil {
+		return nil
+	}
+	return be.ForProfile(pc)
+}
+
+// OfferOf is what the profile of pc offers when bound (be bound to pc: Bind) runs its clusters:
+// the wanted versions it serves (every served one when none is wanted). A nil bound serves
+// nothing.
+func OfferOf(pc *providersv1alpha1.ProviderConfig, bound backend.Backend) backend.Offer {
 	var served []string
-	if be = backend.Bound(be, pc); be != nil {
-		served = be.Versions()
+	if bound != nil {
+		served = bound.Versions()
 	}
 	return backend.NewOffer(pc.Spec.SupportedVersions, pc.Spec.DefaultVersion, served)
 }
