@@ -19,6 +19,9 @@ import (
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
+// These tests run after scope_test.go's (go test takes files in name order): TestHostedReads
+// creates the PriorityClass that TestOperatorScope expects to be able to create.
+
 // TestOwnedNamespaces: only the operator makes the hosted backend's namespaces or labels one as
 // such, nobody removes that label or weakens the Pod Security label of one (a user who may create
 // and update namespaces tries), and no pod there is privileged or mounts a host path, even where
