@@ -1,6 +1,7 @@
 // Package certs issues the certificates of a cluster's control plane in memory: a CA, leaf
 // certificates signed by it, and the checks that decide whether one already issued can be kept.
-// The hosted backend keeps what it issues in Secrets; keys are ECDSA P-256.
+// The hosted backend keeps what it issues in Secrets, the local backend in the files of a cluster's
+// pki folder; keys are ECDSA P-256.
 package certs
 
 import (
@@ -81,28 +82,49 @@ func NewCA(commonName string) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
 }
 
-// ParseCA reads a CA from PEM. The error says which half does not read or that they do not belong
-// together.
+// CAError is ParseCA's error: which half of the CA is at fault, so that a caller keeping the two
+// halves in files or keys of its own can name the one to look at.
+type CAError struct {
+	// Key is true when the key is at fault (it does not read, cannot sign or is not the
+	// certificate's), false when the certificate is (it does not read or is no CA's).
+	Key bool
+	Err error
+}
+
+func (e *CAError) Error() string { return e.Err.Error() }
+func (e *CAError) Unwrap() error { return e.Err }
+
+// ParseCA reads a CA from PEM. The error, a *CAError, says which half does not read or that they
+// do not belong together.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	certs, err := certutil.ParseCertsPEM(certPEM)
 	if err != nil {
-		return nil, fmt.Errorf("the CA certificate does not read: %w", err)
+		return nil, &CAError{Err: fmt.Errorf("the CA certificate does not read: %w", err)}
 	}
+	signer, err := parseSigner(keyPEM)
+	if err != nil {
+		return nil, &CAError{Key: true, Err: fmt.Errorf("the CA key %w", err)}
+	}
+	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
+		return nil, &CAError{Key: true, Err: fmt.Errorf("the CA key does not belong to its certificate: %w", err)}
+	}
+	if !certs[0].IsCA {
+		return nil, &CAError{Err: errors.New("the CA certificate is not a CA's")}
+	}
+	return &CA{Cert: certs[0], Key: signer, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+}
+
+// parseSigner reads a private key that can sign from PEM; its error completes "the key …".
+func parseSigner(keyPEM []byte) (crypto.Signer, error) {
 	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("the CA key does not read: %w", err)
+		return nil, fmt.Errorf("does not read: %w", err)
 	}
 	signer, ok := key.(crypto.Signer)
 	if !ok {
-		return nil, errors.New("the CA key cannot sign")
+		return nil, errors.New("cannot sign")
 	}
-	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		return nil, fmt.Errorf("the CA key does not belong to its certificate: %w", err)
-	}
-	if !certs[0].IsCA {
-		return nil, errors.New("the CA certificate is not a CA's")
-	}
-	return &CA{Cert: certs[0], Key: signer, CertPEM: certPEM, KeyPEM: keyPEM}, nil
+	return signer, nil
 }
 
 // Leaf describes a certificate to issue.
@@ -221,6 +243,16 @@ func PublicKeyPEM(key crypto.Signer) ([]byte, error) {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// ServiceAccountPublicKey is the PEM public key of the service-account signing key keyPEM, to
+// write anew a public key that went missing. The error says why keyPEM does not read.
+func ServiceAccountPublicKey(keyPEM []byte) ([]byte, error) {
+	signer, err := parseSigner(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the service-account key %w", err)
+	}
+	return PublicKeyPEM(signer)
 }
 
 func serial() *big.Int {

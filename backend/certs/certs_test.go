@@ -104,16 +104,21 @@ func TestParseCA(t *testing.T) {
 	for _, tc := range []struct {
 		name, want string
 		cert, key  []byte
+		keyFault   bool
 	}{
-		{"garbled certificate", "certificate does not read", []byte("x"), ca.KeyPEM},
-		{"garbled key", "key does not read", ca.CertPEM, []byte("x")},
-		{"another CA's key", "does not belong", ca.CertPEM, other.KeyPEM},
-		{"a leaf", "not a CA's", leaf, leafKey},
+		{"garbled certificate", "certificate does not read", []byte("x"), ca.KeyPEM, false},
+		{"garbled key", "key does not read", ca.CertPEM, []byte("x"), true},
+		{"truncated key", "key does not read", ca.CertPEM, ca.KeyPEM[:len(ca.KeyPEM)/2], true},
+		{"another CA's key", "does not belong", ca.CertPEM, other.KeyPEM, true},
+		{"a leaf", "not a CA's", leaf, leafKey, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseCA(tc.cert, tc.key)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+			var caErr *CAError
+			require.ErrorAs(t, err, &caErr, "a *CAError names the half at fault")
+			assert.Equal(t, tc.keyFault, caErr.Key, "the key is at fault")
 		})
 	}
 }
@@ -123,4 +128,23 @@ func TestServiceAccountKey(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(key), "PRIVATE KEY")
 	assert.Contains(t, string(pub), "BEGIN PUBLIC KEY")
+
+	t.Run("its public key written anew from the private one", func(t *testing.T) {
+		got, err := ServiceAccountPublicKey(key)
+		require.NoError(t, err)
+		assert.Equal(t, pub, got)
+	})
+	for name, keyPEM := range map[string][]byte{"garbage": []byte("garbage"), "empty": nil, "truncated": key[:len(key)/2]} {
+		t.Run("a "+name+" key does not read", func(t *testing.T) {
+			_, err := ServiceAccountPublicKey(keyPEM)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "the service-account key does not read")
+		})
+	}
+	t.Run("a certificate is no key", func(t *testing.T) {
+		ca, err := NewCA("x")
+		require.NoError(t, err)
+		_, err = ServiceAccountPublicKey(ca.CertPEM)
+		assert.Error(t, err)
+	})
 }

@@ -1,24 +1,14 @@
 package local
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
+	"bytes"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
-
-	certutil "k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/keyutil"
 
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
@@ -50,74 +40,69 @@ const (
 	kcmUser    = "system:kube-controller-manager"
 )
 
-// Lifetimes. The CA (certutil's default, 10 years) outlives any cluster; leaf certificates are
-// valid a year by default (Options.Certificates) and issued anew when they are due (30 days before
+// The leaf certificates of every local cluster, issued by backend/certs. The client certificates
+// are kept while the CA can keep them (certs.CA.Keep); the serving certificates are issued at every
+// load, the API server's for the hosts of that moment.
+var (
+	adminLeaf = certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: clientAuth}
+	kcmLeaf   = certs.Leaf{CommonName: kcmUser, Usages: clientAuth}
+	// The controller manager serves its health and metrics port on the loopback only.
+	kcmServingLeaf = certs.Leaf{CommonName: "kube-controller-manager", Hosts: []string{"127.0.0.1", "localhost"}, Usages: serverAuth}
+
+	clientAuth = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	serverAuth = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	// kubernetesNames are the in-cluster names of the kubernetes Service: names of the API server.
+	kubernetesNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+)
+
+// Lifetimes (certs.Lifetime). The CA (10 years) outlives any cluster; leaf certificates are valid
+// a year by default (Options.Certificates) and issued anew when they are due (30 days before
 // their end): the serving certificates at every start of the cluster's processes too, and while
 // the cluster runs by its instance (renewIfDue).
 
-// pki is the certificate authority of one cluster and what the operator needs of it.
+// pki is the certificate authority of one cluster, kept in the files of its folder dir, and what
+// the operator needs of it.
 type pki struct {
-	dir    string
-	caCert *x509.Certificate
-	caKey  crypto.Signer
+	dir string
+	ca  *certs.CA
 	// CAPEM verifies the API server's serving certificate.
 	CAPEM []byte
 	// AdminCertPEM and AdminKeyPEM authenticate the operator as adminUser in system:masters.
 	AdminCertPEM, AdminKeyPEM []byte
 	// KCMCertPEM and KCMKeyPEM authenticate the controller manager as kcmUser.
 	KCMCertPEM, KCMKeyPEM []byte
-	// life is the leaves' lifetime; NotAfter when each leaf ends, by its file's name; RenewAt
-	// when the first of them is due.
-	life     certs.Lifetime
+	// NotAfter is when each leaf ends, by its file's name; RenewAt when the first of them is due.
 	NotAfter map[string]time.Time
 	RenewAt  time.Time
 }
 
-// ended records that the leaf certFile ends at t.
-func (p *pki) ended(certFile string, t time.Time) {
-	p.NotAfter[certFile] = t
-	if at := p.life.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
-		p.RenewAt = at
-	}
-}
-
-// loadOrCreatePKI reads the cluster's CA, admin certificate and service-account key pair from
-// dir, creating whatever is missing, and (re-)issues the serving certificate for hosts. Keys are
-// generated in-process (ECDSA P-256).
+// loadOrCreatePKI reads the cluster's CA, client certificates and service-account key pair from
+// dir, creating whatever is missing or due, and issues the serving certificates anew, the API
+// server's for hosts (IP addresses or DNS names) and the kubernetes Service's names. Leaves are
+// valid for life.
 func loadOrCreatePKI(dir string, hosts []string, life certs.Lifetime) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &pki{dir: dir, life: life.Or(), NotAfter: map[string]time.Time{}}
-	if err := p.loadOrCreateCA(); err != nil {
+	p := &pki{dir: dir, NotAfter: map[string]time.Time{}}
+	if err := p.loadOrCreateCA(life.Or()); err != nil {
 		return nil, fmt.Errorf("the cluster CA in %s: %w", dir, err)
 	}
 	if err := p.ensureSAKeys(); err != nil {
 		return nil, fmt.Errorf("the service-account keys in %s: %w", dir, err)
 	}
 	var err error
-	p.AdminCertPEM, p.AdminKeyPEM, err = p.loadOrIssue(adminCertFile, adminKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
-		return p.issue(pkix.Name{CommonName: adminUser, Organization: []string{adminGroup}}, nil, x509.ExtKeyUsageClientAuth)
-	})
-	if err != nil {
+	if p.AdminCertPEM, p.AdminKeyPEM, err = p.keepOrIssue(adminCertFile, adminKeyFile, adminLeaf); err != nil {
 		return nil, fmt.Errorf("the admin certificate in %s: %w", dir, err)
 	}
-	p.KCMCertPEM, p.KCMKeyPEM, err = p.loadOrIssue(kcmClientCertFile, kcmClientKeyFile, func() (*x509.Certificate, crypto.Signer, error) {
-		return p.issue(pkix.Name{CommonName: kcmUser}, nil, x509.ExtKeyUsageClientAuth)
-	})
-	if err != nil {
+	if p.KCMCertPEM, p.KCMKeyPEM, err = p.keepOrIssue(kcmClientCertFile, kcmClientKeyFile, kcmLeaf); err != nil {
 		return nil, fmt.Errorf("the controller manager's certificate in %s: %w", dir, err)
 	}
-	if err := p.issueServing(hosts); err != nil {
+	serving := certs.Leaf{CommonName: "kube-apiserver", Hosts: append(slices.Clone(kubernetesNames), hosts...), Usages: serverAuth}
+	if _, _, err := p.issue(servingCertFile, servingKeyFile, serving); err != nil {
 		return nil, fmt.Errorf("the serving certificate in %s: %w", dir, err)
 	}
-	kcmCert, kcmKey, err := p.issue(pkix.Name{CommonName: "kube-controller-manager"},
-		&sans{ips: []net.IP{net.ParseIP("127.0.0.1")}, dns: []string{"localhost"}}, x509.ExtKeyUsageServerAuth)
-	if err == nil {
-		err = p.write(kcmServingCertFile, kcmServingKeyFile, kcmCert, kcmKey)
-		p.ended(kcmServingCertFile, kcmCert.NotAfter)
-	}
-	if err != nil {
+	if _, _, err := p.issue(kcmServingCertFile, kcmServingKeyFile, kcmServingLeaf); err != nil {
 		return nil, fmt.Errorf("the controller manager's serving certificate in %s: %w", dir, err)
 	}
 	return p, nil
@@ -129,71 +114,47 @@ func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 // file that exists but does not load is damaged: every certificate and kubeconfig of the cluster
 // depends on it, so it is neither replaced nor touched, and the error (reason StateDamaged) says
 // what a person can do.
-func (p *pki) loadOrCreateCA() error {
+func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 	certPEM, certErr := os.ReadFile(p.path(caCertFile))
-	_, keyErr := os.Stat(p.path(caKeyFile))
+	keyPEM, keyErr := os.ReadFile(p.path(caKeyFile))
+	var ca *certs.CA
+	var err error
 	if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
-		return p.createCA()
-	}
-	ca, key, err := loadCA(certPEM, certErr, p.path(caKeyFile))
-	if err != nil {
+		if ca, err = certs.NewCA("local-cluster-ca"); err != nil {
+			return err
+		}
+		if err := p.write(caCertFile, caKeyFile, ca.CertPEM, ca.KeyPEM); err != nil {
+			return err
+		}
+	} else if ca, err = loadCA(certPEM, certErr, keyPEM, keyErr); err != nil {
 		return damaged(p.dir, []string{caCertFile, caKeyFile}, err,
 			"Every certificate of the cluster and every kubeconfig granted for it depend on this CA",
 			"or remove both files to make a new CA: the cluster keeps its data, kubeconfigs granted before stop working and the AccessRequests are granted again")
 	}
-	p.caCert, p.caKey, p.CAPEM = ca, key, certPEM
+	ca.Lifetime = life
+	p.ca, p.CAPEM = ca, ca.CertPEM
 	return nil
 }
 
-// loadCA parses the CA certificate (read with certErr) and its key at keyPath, and checks that
-// they belong together.
-func loadCA(certPEM []byte, certErr error, keyPath string) (*x509.Certificate, crypto.Signer, error) {
+// loadCA reads the CA from its files' contents (read with certErr and keyErr); the error names
+// the file at fault.
+func loadCA(certPEM []byte, certErr error, keyPEM []byte, keyErr error) (*certs.CA, error) {
 	if certErr != nil {
-		return nil, nil, certErr
+		return nil, certErr
 	}
-	certs, err := certutil.ParseCertsPEM(certPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", caCertFile, err)
+	if keyErr != nil {
+		return nil, keyErr
 	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, nil, err
+	ca, err := certs.ParseCA(certPEM, keyPEM)
+	var caErr *certs.CAError
+	switch {
+	case err == nil:
+		return ca, nil
+	case errors.As(err, &caErr) && caErr.Key:
+		return nil, fmt.Errorf("%s and %s do not belong together: %w", caCertFile, caKeyFile, err)
+	default:
+		return nil, fmt.Errorf("%s: %w", caCertFile, err)
 	}
-	if _, err := tls.X509KeyPair(certPEM, keyPEM); err != nil {
-		return nil, nil, fmt.Errorf("%s and %s do not belong together: %w", caCertFile, caKeyFile, err)
-	}
-	key, err := keyutil.ParsePrivateKeyPEM(keyPEM)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", caKeyFile, err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, nil, errors.New(caKeyFile + " holds no signing key")
-	}
-	return certs[0], signer, nil
-}
-
-func (p *pki) createCA() error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	ca, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "local-cluster-ca"}, caKey)
-	if err != nil {
-		return err
-	}
-	certPEM, err := certutil.EncodeCertificates(ca)
-	if err != nil {
-		return err
-	}
-	if err := writeKey(p.path(caKeyFile), caKey); err != nil {
-		return err
-	}
-	if err := writeFileAtomic(p.path(caCertFile), certPEM, 0o644); err != nil {
-		return err
-	}
-	p.caCert, p.caKey, p.CAPEM = ca, caKey, certPEM
-	return nil
 }
 
 // ensureSAKeys creates the key pair that signs and verifies service-account tokens when neither
@@ -202,164 +163,76 @@ func (p *pki) createCA() error {
 // with it.
 func (p *pki) ensureSAKeys() error {
 	keyPEM, keyErr := os.ReadFile(p.path(saKeyFile))
-	var key crypto.Signer
+	var pubPEM []byte
 	switch {
 	case errors.Is(keyErr, os.ErrNotExist):
 		if _, err := os.Stat(p.path(saPubFile)); err == nil {
 			keyErr = errors.New(saKeyFile + " is missing but " + saPubFile + " exists")
 			break
 		}
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
+		var err error
+		if keyPEM, pubPEM, err = certs.NewServiceAccountKey(); err != nil {
 			return err
 		}
-		if err := writeKey(p.path(saKeyFile), k); err != nil {
+		if err := writeFileAtomic(p.path(saKeyFile), keyPEM, 0o600); err != nil {
 			return err
 		}
-		key, keyErr = k, nil
+		keyErr = nil
 	case keyErr == nil:
-		parsed, err := keyutil.ParsePrivateKeyPEM(keyPEM)
-		signer, ok := parsed.(crypto.Signer)
-		switch {
-		case err != nil:
-			keyErr = fmt.Errorf("%s: %w", saKeyFile, err)
-		case !ok:
-			keyErr = errors.New(saKeyFile + " holds no signing key")
-		default:
-			key = signer
-		}
+		pubPEM, keyErr = certs.ServiceAccountPublicKey(keyPEM)
 	}
 	if keyErr != nil {
 		return damaged(p.dir, []string{saKeyFile}, keyErr,
 			"Every service-account token of the cluster, those of token AccessRequests among them, was signed with this key",
 			"or remove "+saKeyFile+" and "+saPubFile+" to make a new key pair: the cluster keeps its data, tokens issued before stop working")
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(key.Public())
-	if err != nil {
-		return err
-	}
-	want := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
-	if got, err := os.ReadFile(p.path(saPubFile)); err == nil && string(got) == string(want) {
+	if got, err := os.ReadFile(p.path(saPubFile)); err == nil && bytes.Equal(got, pubPEM) {
 		return nil
 	}
-	return writeFileAtomic(p.path(saPubFile), want, 0o644)
+	return writeFileAtomic(p.path(saPubFile), pubPEM, 0o644)
 }
 
-// issueServing issues the API server's serving certificate for hosts (IP addresses or DNS
-// names) and the in-cluster names of the kubernetes Service.
-func (p *pki) issueServing(hosts []string) error {
-	var ips []net.IP
-	dns := []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			ips = append(ips, ip)
-		} else {
-			dns = append(dns, h)
-		}
-	}
-	cert, key, err := p.issue(pkix.Name{CommonName: "kube-apiserver"}, &sans{ips: ips, dns: dns}, x509.ExtKeyUsageServerAuth)
-	if err != nil {
-		return err
-	}
-	p.ended(servingCertFile, cert.NotAfter)
-	return p.write(servingCertFile, servingKeyFile, cert, key)
-}
-
-type sans struct {
-	ips []net.IP
-	dns []string
-}
-
-// loadOrIssue returns the PEM certificate and key in certFile and keyFile, issuing new ones with
-// issue when they are missing, unreadable, not signed by this CA or close to expiry.
-func (p *pki) loadOrIssue(certFile, keyFile string, issue func() (*x509.Certificate, crypto.Signer, error)) (certPEM, keyPEM []byte, err error) {
-	if certPEM, keyPEM, ok := p.load(certFile, keyFile, true); ok {
-		return certPEM, keyPEM, nil
-	}
-	cert, key, err := issue()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := p.write(certFile, keyFile, cert, key); err != nil {
-		return nil, nil, err
-	}
-	certPEM, keyPEM, ok := p.load(certFile, keyFile, false)
-	if !ok {
-		return nil, nil, errors.New("a certificate just written does not read back")
-	}
-	return certPEM, keyPEM, nil
-}
-
-// load reads the pair certFile/keyFile and reports whether it can be used: the key belongs to the
-// certificate, this CA signed it and (due) its renewal time has not come. A usable pair's end is
-// recorded.
-func (p *pki) load(certFile, keyFile string, due bool) (certPEM, keyPEM []byte, ok bool) {
+// keepOrIssue returns the pair in certFile and keyFile when the CA can keep it for l (it reads,
+// the CA signed it for l's subject and usages, and it is not due), and issues a new one otherwise.
+func (p *pki) keepOrIssue(certFile, keyFile string, l certs.Leaf) (certPEM, keyPEM []byte, err error) {
 	certPEM, certErr := os.ReadFile(p.path(certFile))
 	keyPEM, keyErr := os.ReadFile(p.path(keyFile))
-	if certErr != nil || keyErr != nil {
-		return nil, nil, false
+	if certErr == nil && keyErr == nil && p.ca.Keep(certPEM, keyPEM, l) {
+		return certPEM, keyPEM, p.ended(certFile, certPEM)
 	}
-	_, pairErr := tls.X509KeyPair(certPEM, keyPEM) // the key is readable and belongs to the certificate
-	parsed, err := certutil.ParseCertsPEM(certPEM)
-	if err != nil || pairErr != nil || parsed[0].CheckSignatureFrom(p.caCert) != nil ||
-		(due && !time.Now().Before(p.life.RenewAt(parsed[0].NotAfter))) {
-		return nil, nil, false
-	}
-	p.ended(certFile, parsed[0].NotAfter)
-	return certPEM, keyPEM, true
+	return p.issue(certFile, keyFile, l)
 }
 
-// issue signs a new leaf certificate with a fresh ECDSA P-256 key.
-func (p *pki) issue(subject pkix.Name, alt *sans, usage x509.ExtKeyUsage) (*x509.Certificate, crypto.Signer, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+// issue issues a new certificate for l and writes it and its key to certFile and keyFile.
+func (p *pki) issue(certFile, keyFile string, l certs.Leaf) (certPEM, keyPEM []byte, err error) {
+	if certPEM, keyPEM, err = p.ca.Issue(l); err != nil {
 		return nil, nil, err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      subject,
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(p.life.Validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-	}
-	if alt != nil {
-		tmpl.IPAddresses, tmpl.DNSNames = alt.ips, alt.dns
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
-	if err != nil {
+	if err := p.write(certFile, keyFile, certPEM, keyPEM); err != nil {
 		return nil, nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
-	return cert, key, err
+	return certPEM, keyPEM, p.ended(certFile, certPEM)
 }
 
-func (p *pki) write(certFile, keyFile string, cert *x509.Certificate, key crypto.Signer) error {
-	certPEM, err := certutil.EncodeCertificates(cert)
+// ended records when the leaf certPEM of certFile ends, and when the first leaf is due.
+func (p *pki) ended(certFile string, certPEM []byte) error {
+	t, err := certs.NotAfter(certPEM)
 	if err != nil {
 		return err
 	}
-	if err := writeKey(p.path(keyFile), key); err != nil {
+	p.NotAfter[certFile] = t
+	if at := p.ca.Lifetime.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
+		p.RenewAt = at
+	}
+	return nil
+}
+
+// write writes a key (0600) and then its certificate (0644).
+func (p *pki) write(certFile, keyFile string, certPEM, keyPEM []byte) error {
+	if err := writeFileAtomic(p.path(keyFile), keyPEM, 0o600); err != nil {
 		return err
 	}
 	return writeFileAtomic(p.path(certFile), certPEM, 0o644)
-}
-
-func writeKey(path string, key crypto.PrivateKey) error {
-	data, err := keyutil.MarshalPrivateKeyToPEM(key)
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(path, data, 0o600)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(fmt.Sprintf("crypto/rand failed: %v", err))
-	}
-	return n
 }
 
 // writeFileAtomic writes data to path through a temporary file in the same folder and a rename,

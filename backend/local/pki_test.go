@@ -10,7 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // readCert parses the single certificate in the PEM file name of dir.
@@ -279,18 +280,18 @@ func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		require.NoError(t, err)
 		tmpl := &x509.Certificate{
-			SerialNumber: serial(),
+			SerialNumber: big.NewInt(time.Now().UnixNano()),
 			Subject:      pkix.Name{CommonName: adminUser, Organization: []string{adminGroup}},
 			NotBefore:    time.Now().Add(-time.Hour),
 			NotAfter:     notAfter,
 			KeyUsage:     x509.KeyUsageDigitalSignature,
 			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, key.Public(), p.caKey)
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca.Cert, key.Public(), p.ca.Key)
 		require.NoError(t, err)
-		cert, err := x509.ParseCertificate(der)
+		keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
 		require.NoError(t, err)
-		require.NoError(t, p.write(adminCertFile, adminKeyFile, cert, key))
+		require.NoError(t, p.write(adminCertFile, adminKeyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM))
 	}
 
 	for _, tc := range []struct {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/transport"
 )
 
@@ -31,25 +33,24 @@ func waitForAPIServer(log logr.Logger, retry time.Duration) transport.WrapperFun
 			if req.Method != http.MethodGet || !isWatch(req) {
 				return rt.RoundTrip(req)
 			}
-			for {
-				resp, err := rt.RoundTrip(req)
+			var resp *http.Response
+			var err error
+			// Ends when the request is sent (or fails otherwise), or with the watch's context: then
+			// with the last refusal.
+			_ = wait.PollUntilContextCancel(req.Context(), retry, true, func(context.Context) (bool, error) {
+				resp, err = rt.RoundTrip(req)
 				if err == nil || !utilnet.IsConnectionRefused(err) {
 					if err == nil && waiting.CompareAndSwap(true, false) {
 						log.Info("The platform's API server accepts watches again")
 					}
-					return resp, err
+					return true, nil
 				}
 				if waiting.CompareAndSwap(false, true) {
 					log.Info("The platform's API server refuses connections; watches wait for it", "retry", retry, "error", err.Error())
 				}
-				t := time.NewTimer(retry)
-				select {
-				case <-req.Context().Done():
-					t.Stop()
-					return nil, err
-				case <-t.C:
-				}
-			}
+				return false, nil
+			})
+			return resp, err
 		})
 	}
 }

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
@@ -228,16 +229,19 @@ func restore(ctx context.Context, args []string) error {
 	}
 	file := *dataDir + ".snapshot"
 	defer os.Remove(file)
-	// The serve may not answer yet (its pod starting): try for a while.
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
+	// The serve may not answer yet (its pod starting): try every 2 s for 10 minutes. A fetch under
+	// way is not cut at the end (ctx, not the poll's context): a large snapshot takes its time.
+	pollErr := wait.PollUntilContextTimeout(ctx, 2*time.Second, 10*time.Minute, true, func(context.Context) (bool, error) {
 		err = fetch(ctx, hc, *url, strings.TrimSpace(string(token)), file)
 		var refused refusedError
-		if err == nil || errors.As(err, &refused) || time.Now().After(deadline) || ctx.Err() != nil {
-			break
+		if err == nil || errors.As(err, &refused) {
+			return true, nil
 		}
 		fmt.Fprintln(os.Stderr, "fetching the snapshot:", err, "(trying again)")
-		time.Sleep(2 * time.Second)
+		return false, nil
+	})
+	if err == nil {
+		err = pollErr // ended before a first fetch
 	}
 	if err != nil {
 		return fmt.Errorf("fetching the snapshot from %s: %w", *url, err)

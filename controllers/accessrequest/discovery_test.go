@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
@@ -89,7 +90,7 @@ func TestDiscover(t *testing.T) {
 		{name: "no answer in time", issuer: slow, caBundle: allCAs, allowPrivate: true, reason: ReasonIssuerUnreachable, says: "did not answer within 5s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &discoveryCache{results: map[string]discoveryResult{}, now: time.Now}
+			d := newDiscoveryCache(clock.RealClock{})
 			err := d.reachable(t.Context(), &providersv1alpha1.OIDCSettings{IssuerCABundle: tc.caBundle, AllowPrivateIssuers: tc.allowPrivate})(tc.issuer)
 			if tc.reason == "" {
 				require.NoError(t, err)
@@ -114,14 +115,14 @@ func TestDiscoverBoundedByContext(t *testing.T) {
 		calls.Add(1)
 		<-r.Context().Done()
 	})
-	d := &discoveryCache{results: map[string]discoveryResult{}, now: time.Now}
+	d := newDiscoveryCache(clock.RealClock{})
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	err := d.reachable(ctx, &providersv1alpha1.OIDCSettings{IssuerCABundle: ca, AllowPrivateIssuers: true})(slow)
 	require.Error(t, err)
 	assert.Less(t, time.Since(start), discoveryTimeout, "ended with the context")
-	assert.Empty(t, d.results, "nothing learned, nothing remembered")
+	assert.Empty(t, keys(d), "nothing learned, nothing remembered")
 }
 
 func TestPublicAddress(t *testing.T) {
@@ -138,33 +139,36 @@ func TestPublicAddress(t *testing.T) {
 	}
 }
 
-// TestDiscoveryCacheEvicts: stale answers go when a new one is stored, and the cache never holds
-// more than maxDiscoveryResults.
+// TestDiscoveryCacheEvicts: stale answers are forgotten, and the cache never holds more than
+// maxDiscoveryResults.
 func TestDiscoveryCacheEvicts(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(time.Now())
-	d := &discoveryCache{results: map[string]discoveryResult{}, now: clock.Now}
-	d.store("ok-old", discoveryResult{at: clock.Now()})
-	d.store("failed-old", discoveryResult{err: fmt.Errorf("down"), at: clock.Now()})
-	clock.SetTime(clock.Now().Add(discoveryFailedFor))
-	d.store("new", discoveryResult{at: clock.Now()})
-	assert.ElementsMatch(t, []string{"ok-old", "new"}, keys(d.results), "a failed answer goes after discoveryFailedFor")
-	clock.SetTime(clock.Now().Add(discoveryOKFor))
-	d.store("newer", discoveryResult{at: clock.Now()})
-	assert.ElementsMatch(t, []string{"newer"}, keys(d.results), "a good answer goes after discoveryOKFor")
+	d := newDiscoveryCache(clock)
+	d.store("ok-old", nil)
+	d.store("failed-old", fmt.Errorf("down"))
+	// An answer is remembered for its whole lifetime, up to and including its end (the library
+	// cache's boundary): it goes just after.
+	clock.SetTime(clock.Now().Add(discoveryFailedFor + time.Millisecond))
+	d.store("new", nil)
+	assert.ElementsMatch(t, []string{"ok-old", "new"}, keys(d), "a failed answer goes after discoveryFailedFor")
+	clock.SetTime(clock.Now().Add(discoveryOKFor + time.Millisecond))
+	d.store("newer", nil)
+	assert.ElementsMatch(t, []string{"newer"}, keys(d), "a good answer goes after discoveryOKFor")
 
 	for i := range maxDiscoveryResults + 10 {
 		clock.SetTime(clock.Now().Add(time.Millisecond))
-		d.store(fmt.Sprintf("issuer-%d", i), discoveryResult{at: clock.Now()})
+		d.store(fmt.Sprintf("issuer-%d", i), nil)
 	}
-	assert.Len(t, d.results, maxDiscoveryResults)
-	assert.Contains(t, d.results, fmt.Sprintf("issuer-%d", maxDiscoveryResults+9), "the newest stays")
-	assert.NotContains(t, d.results, "issuer-0", "the oldest went")
+	assert.Len(t, keys(d), maxDiscoveryResults)
+	assert.Contains(t, keys(d), fmt.Sprintf("issuer-%d", maxDiscoveryResults+9), "the newest stays")
+	assert.NotContains(t, keys(d), "issuer-0", "the oldest went")
 }
 
-func keys(m map[string]discoveryResult) []string {
+// keys lists the keys of the answers d remembers (unexpired).
+func keys(d *discoveryCache) []string {
 	var out []string
-	for k := range m {
-		out = append(out, k)
+	for _, k := range d.results.Keys() {
+		out = append(out, k.(string))
 	}
 	return out
 }

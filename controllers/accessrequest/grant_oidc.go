@@ -14,10 +14,10 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -159,22 +159,24 @@ func (r *Reconciler) revokeOIDC(ctx context.Context, cl *clustersv1alpha1.Cluste
 
 // discovery returns the reconciler's issuer discovery cache.
 func (r *Reconciler) discovery() *discoveryCache {
-	r.discoveryOnce.Do(func() { r.issuers = &discoveryCache{results: map[string]discoveryResult{}, now: r.Options.Clock.Now} })
+	r.discoveryOnce.Do(func() { r.issuers = newDiscoveryCache(r.Options.Clock) })
 	return r.issuers
 }
 
 // discoveryCache remembers for a while whether issuers answer OpenID discovery, so that one
 // cluster's requests do not ask an issuer again on every reconcile. It holds at most
-// maxDiscoveryResults answers, none older than discoveryOKFor.
+// maxDiscoveryResults answers (the least recently used goes first), a working issuer's for
+// discoveryOKFor, a failing one's for discoveryFailedFor.
 type discoveryCache struct {
-	mu      sync.Mutex
-	results map[string]discoveryResult
-	now     func() time.Time
+	results *cache.LRUExpireCache // key → discoveryResult
 }
 
 type discoveryResult struct {
 	err error
-	at  time.Time
+}
+
+func newDiscoveryCache(clock cache.Clock) *discoveryCache {
+	return &discoveryCache{results: cache.NewLRUExpireCacheWithClock(maxDiscoveryResults, clock)}
 }
 
 // How long a discovery answer is remembered: a working issuer longer than a failing one; how
@@ -197,11 +199,8 @@ func (d *discoveryCache) reachable(ctx context.Context, settings *providersv1alp
 	}
 	return func(issuer string) error {
 		key := fmt.Sprintf("%s\x00%s\x00%t", issuer, caBundle, allowPrivate)
-		d.mu.Lock()
-		res, ok := d.results[key]
-		d.mu.Unlock()
-		if ok && d.fresh(res) {
-			return res.err
+		if res, ok := d.results.Get(key); ok {
+			return res.(discoveryResult).err
 		}
 		err := discover(ctx, issuer, caBundle, allowPrivate)
 		if err != nil {
@@ -211,37 +210,18 @@ func (d *discoveryCache) reachable(ctx context.Context, settings *providersv1alp
 		if ctx.Err() != nil {
 			return err // cut short by the caller: nothing learned about the issuer
 		}
-		d.store(key, discoveryResult{err: err, at: d.now()})
+		d.store(key, err)
 		return err
 	}
 }
 
-// fresh reports whether res may still be used.
-func (d *discoveryCache) fresh(res discoveryResult) bool {
-	age := d.now().Sub(res.at)
-	return res.err == nil && age < discoveryOKFor || res.err != nil && age < discoveryFailedFor
-}
-
-// store remembers res under key, first dropping every stale answer and, when still full, the
-// oldest ones.
-func (d *discoveryCache) store(key string, res discoveryResult) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for k, r := range d.results {
-		if !d.fresh(r) {
-			delete(d.results, k)
-		}
+// store remembers the answer err (nil: the issuer answers) under key.
+func (d *discoveryCache) store(key string, err error) {
+	ttl := discoveryOKFor
+	if err != nil {
+		ttl = discoveryFailedFor
 	}
-	for len(d.results) >= maxDiscoveryResults {
-		oldest := ""
-		for k, r := range d.results {
-			if oldest == "" || r.at.Before(d.results[oldest].at) {
-				oldest = k
-			}
-		}
-		delete(d.results, oldest)
-	}
-	d.results[key] = res
+	d.results.Add(key, discoveryResult{err: err}, ttl)
 }
 
 // errAddressNotAllowed: the issuer's host resolved to an address the ProviderConfig does not

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -71,7 +71,7 @@ type Reconciler struct {
 	// of existing Clusters outside it, ordered per Cluster by stripes.
 	mu      sync.Mutex
 	book    *book
-	stripes [stripes]sync.Mutex
+	stripes keymutex.KeyMutex
 }
 
 // Reconcile answers one ClusterRequest: fetch → not ours? done → operation annotation → deleting?
@@ -278,9 +278,8 @@ func needsWrite(cl *clustersv1alpha1.Cluster, cr *clustersv1alpha1.ClusterReques
 // lock. On failure only cr's own finalizer is unbooked: the other decisions write their own.
 func (r *Reconciler) claim(ctx context.Context, cl *clustersv1alpha1.Cluster, cr *clustersv1alpha1.ClusterRequest) (*clustersv1alpha1.Cluster, error) {
 	key, f := client.ObjectKeyFromObject(cl), RequestFinalizer(cr.UID)
-	stripe := &r.stripes[stripeOf(key)]
-	stripe.Lock()
-	defer stripe.Unlock()
+	r.stripes.LockKey(key.String())
+	defer func() { _ = r.stripes.UnlockKey(key.String()) }() // a hashed KeyMutex's unlock does not fail
 	r.mu.Lock()
 	base, err := r.book.latest(ctx, key)
 	batch := r.book.pendingOf(key)
@@ -323,14 +322,8 @@ func (r *Reconciler) writeClaim(ctx context.Context, base *clustersv1alpha1.Clus
 	return next, nil
 }
 
-// stripes is the number of stripe locks that order the writes to one Cluster.
+// stripes is the number of stripe locks (keymutex.NewHashed) that order the writes to one Cluster.
 const stripes = 64
-
-func stripeOf(key types.NamespacedName) int {
-	h := fnv.New32a()
-	h.Write([]byte(key.String()))
-	return int(h.Sum32() % stripes)
-}
 
 // create creates nc and books it. A Cluster that exists meanwhile is a conflict (retried at once,
 // on a cache that shows it); a Cluster the API server rejects is for the user to fix.

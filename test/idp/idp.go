@@ -10,10 +10,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +20,8 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/stretchr/testify/require"
+
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // IdP is a running identity provider. Stop it with Close (Start registers that as a cleanup).
@@ -116,30 +115,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// certificates makes a CA and a serving certificate for ip signed by it.
+// certificates makes a CA and a serving certificate for ip (and localhost) signed by it, valid
+// for a day.
 func certificates(t testing.TB, ip net.IP) (caPEM string, serving tls.Certificate) {
 	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := certs.NewCA("test idp CA")
 	require.NoError(t, err)
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test idp CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	certPEM, keyPEM, err := ca.Issue(certs.Leaf{CommonName: ip.String(), Hosts: []string{ip.String(), "localhost"},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, Validity: 24 * time.Hour})
 	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(caDER)
+	serving, err = tls.X509KeyPair(certPEM, keyPEM)
 	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip.String()},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{ip}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	require.NoError(t, err)
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})), tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return string(ca.CertPEM), serving
 }
