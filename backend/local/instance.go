@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/openmcp-local/cluster-provider/backend"
@@ -196,18 +198,18 @@ func (in *instance) run(ctx context.Context) {
 // supervise keeps one process running until ctx ends, then stops it. start returns a nil process
 // when ctx ended before it could start one.
 func (in *instance) supervise(ctx context.Context, name string, start func(context.Context) (*process, error)) {
-	backoff := minBackoff
+	bo := restartBackoff()
 	for ctx.Err() == nil {
 		p, err := start(ctx)
 		if p == nil && err == nil {
 			return
 		}
 		if err != nil {
+			backoff := bo.Step()
 			in.down(name, fmt.Sprintf("%s could not be started: %v; retrying in %s.", name, err, backoff), false)
 			if !sleep(ctx, backoff) {
 				return
 			}
-			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		in.setProcess(name, p)
@@ -229,8 +231,9 @@ func (in *instance) supervise(ctx context.Context, name string, start func(conte
 			return
 		}
 		if time.Since(started) > stableAfter {
-			backoff = minBackoff
+			bo = restartBackoff()
 		}
+		backoff := bo.Step()
 		why := fmt.Sprintf("exited (%s)", exitText(p.err))
 		if in.takeHung(name) {
 			why = fmt.Sprintf("missed %d health checks in a row and was stopped", failuresAllowed(name))
@@ -241,8 +244,13 @@ func (in *instance) supervise(ctx context.Context, name string, start func(conte
 		if !sleep(ctx, backoff) {
 			return
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// restartBackoff is the delay before a process is started again: minBackoff, doubling after
+// each exit in a row, at most maxBackoff.
+func restartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: minBackoff, Factor: 2, Cap: maxBackoff, Steps: math.MaxInt32}
 }
 
 func exitText(err error) string {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/utils/keymutex"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -116,11 +116,10 @@ func oidcGrantedMessage(ar *clustersv1alpha1.AccessRequest, c common.OIDCProvide
 // it yet) and every other one that is neither being deleted nor Denied. It returns
 // whether the API server runs with them, and why ar itself cannot be trusted, if it cannot.
 func (r *Reconciler) setTrust(ctx context.Context, auth backend.Authenticator, cl *clustersv1alpha1.Cluster, ar *clustersv1alpha1.AccessRequest) (applied bool, rejected error, err error) {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(client.ObjectKeyFromObject(cl).String()))
-	mu := &r.trustLocks[h.Sum32()%uint32(len(r.trustLocks))]
-	mu.Lock()
-	defer mu.Unlock()
+	r.trustLocksOnce.Do(func() { r.trustLocks = keymutex.NewHashed(64) })
+	key := client.ObjectKeyFromObject(cl).String()
+	r.trustLocks.LockKey(key)
+	defer func() { _ = r.trustLocks.UnlockKey(key) }()
 	list := &clustersv1alpha1.AccessRequestList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{IndexClusterRef: client.ObjectKeyFromObject(cl).String()}); err != nil {
 		return false, nil, fmt.Errorf("listing the AccessRequests of Cluster %s: %w", client.ObjectKeyFromObject(cl), err)

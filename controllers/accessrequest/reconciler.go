@@ -16,6 +16,7 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/keymutex"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -45,7 +46,8 @@ type Reconciler struct {
 
 	// trustLocks serialize, per Cluster, the computing and writing of its trusted issuers: with
 	// several workers, two requests of one Cluster must not write the file from different views.
-	trustLocks [64]sync.Mutex
+	trustLocksOnce sync.Once
+	trustLocks     keymutex.KeyMutex
 }
 
 // Reconcile answers one prepared AccessRequest; a lost optimistic-lock race is retried quietly.
