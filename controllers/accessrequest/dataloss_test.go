@@ -20,12 +20,14 @@ import (
 	"github.com/openmcp-local/cluster-provider/test/operator"
 )
 
-// TestStandardRolesAndDataLoss grants what users ask for most, the stock ClusterRole view (filled
-// in by the cluster's kube-controller-manager), and then loses the cluster's folder while the
-// operator is down (a lost volume): the restarted operator creates the cluster anew, says so on
-// the Cluster (condition and Warning Event), and grants the request again with a kubeconfig for
-// the new CA, which works, while the old one stops working.
-func TestStandardRolesAndDataLoss(t *testing.T) {
+// TestAccessRequestWithLocalBackend is the AccessRequest reconciler's integration test with the
+// real local backend (the other token tests use a fake one). It grants what users ask for most,
+// the stock ClusterRole view (filled in by the cluster's kube-controller-manager, which the fake's
+// API server does not run), and then loses the cluster's folder while the operator is down (a
+// lost volume): the restarted operator creates the cluster anew, says so on the Cluster
+// (condition and Warning Event), and grants the request again with a kubeconfig for the new CA,
+// which works, while the old one stops working.
+func TestAccessRequestWithLocalBackend(t *testing.T) {
 	stateDir := t.TempDir()
 	ns := env.Namespace(t)
 	var (

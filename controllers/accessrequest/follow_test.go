@@ -6,11 +6,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/test/operator"
 )
@@ -19,16 +19,15 @@ import (
 // cluster (a cluster restored from an older state, replaced, or changed by hand) is granted again
 // at its next check, without any change of the request: a Warning Event GrantLost names what was
 // gone, the kubeconfig in its Secret works again (with a new token where the ServiceAccount was
-// made anew), and the request stays Granted.
+// made anew), and the request stays Granted. The cluster is one of the fake backend: its API
+// server has no controller manager to fill in the stock role view, so the request asks for the
+// rule it needs (TestAccessRequestWithLocalBackend binds view in a real local cluster).
 func TestGrantFollowsCluster(t *testing.T) {
-	op := operator.Start(t, env, operator.Options{
-		ProviderName: testProvider, Labeller: true,
-		Access: accessrequest.Options{GrantCheck: time.Second},
-	})
+	fake := startFake(t, operator.Options{Access: accessrequest.Options{GrantCheck: time.Second}})
 	ns := env.Namespace(t)
 	cl := newCluster(t, ns, "c1", newProviderConfig(t))
 	ar := newRequest(t, ns, "viewer", cl.Name, clustersv1alpha1.TokenConfig{
-		RoleRefs: []common.RoleRef{{Kind: "ClusterRole", Name: "view"}},
+		Permissions: []clustersv1alpha1.PermissionsRequest{{Rules: []rbacv1.PolicyRule{rule([]string{""}, []string{"configmaps"}, []string{"list"})}}},
 	})
 	key := client.ObjectKeyFromObject(ar)
 	got := waitRequest(t, key, "Granted", isGranted)
@@ -38,8 +37,8 @@ func TestGrantFollowsCluster(t *testing.T) {
 		_, err := user.CoreV1().ConfigMaps("default").List(t.Context(), metav1.ListOptions{})
 		return err
 	}
-	awaitStatus(t, 200, "the stock role view, bound", readConfigMaps)
-	admin := adminClient(t, op, cl)
+	awaitStatus(t, 200, "the permission, bound", readConfigMaps)
+	admin := adminClient(t, fake, cl)
 
 	t.Run("the binding is deleted in the cluster: made again, the kubeconfig issued before works again", func(t *testing.T) {
 		crbs, err := admin.RbacV1().ClusterRoleBindings().List(t.Context(), metav1.ListOptions{LabelSelector: accessrequest.LabelRequestName + "=viewer"})
@@ -50,7 +49,7 @@ func TestGrantFollowsCluster(t *testing.T) {
 		assert.Contains(t, e.Note, "ClusterRoleBinding "+crbs.Items[0].Name)
 		// user holds the first kubeconfig: its ServiceAccount was never gone, so it works again
 		// (the Secret may hold a newer token by now: a grant made again issues one).
-		awaitStatus(t, 200, "view bound again, for the kubeconfig issued before", readConfigMaps)
+		awaitStatus(t, 200, "bound again, for the kubeconfig issued before", readConfigMaps)
 		waitRequest(t, key, "still Granted", isGranted)
 	})
 

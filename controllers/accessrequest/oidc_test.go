@@ -27,9 +27,11 @@ import (
 	"github.com/openmcp-local/cluster-provider/test/operator"
 )
 
-// TestOIDCAccess grants OIDC AccessRequests in one real local cluster whose API server is made to
-// trust test identity providers (test/idp); every check presents real signed JWTs to it.
-func TestOIDCAccess(t *testing.T) {
+// TestOIDCAccessWithLocalBackend grants OIDC AccessRequests in one real local cluster whose API
+// server is made to trust test identity providers (test/idp); every check presents real signed
+// JWTs to it. It keeps the real local backend: the fake backend records the issuers it is given
+// (SetJWTAuthenticators) but configures no API server to trust them.
+func TestOIDCAccessWithLocalBackend(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true, Access: accessrequest.Options{Clock: clock}})
 	provider, second := idp.Start(t), idp.Start(t)

@@ -11,6 +11,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 )
 
@@ -26,7 +27,8 @@ func TestProfileMismatch(t *testing.T) {
 	cl := readyCluster(t, ns, "of-a", profileA)
 	ar := handedOverRequest(t, cl, "spoofed", profileB)
 
-	r := directReconciler(profileB, unreachableBackend{})
+	fake := backendtest.New(backendtest.Options{Server: clusters.Config})
+	r := directReconciler(profileB, fake)
 	_, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
 	require.NoError(t, err)
 	got := &clustersv1alpha1.AccessRequest{}
@@ -37,4 +39,7 @@ func TestProfileMismatch(t *testing.T) {
 	assert.Equal(t, accessrequest.ReasonProfileMismatch, c.Reason)
 	assert.Contains(t, c.Message, "belongs to profile "+profileA)
 	assert.Empty(t, got.Finalizers, "nothing was made for it")
+	for _, m := range []string{backendtest.MethodAdminConfig, backendtest.MethodSetJWTAuthenticators} {
+		assert.Zero(t, fake.Count(m, client.ObjectKeyFromObject(cl)), "%s: the cluster is not reached", m)
+	}
 }

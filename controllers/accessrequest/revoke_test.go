@@ -2,22 +2,20 @@ package accessrequest_test
 
 import (
 	"context"
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
-	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
@@ -57,7 +55,8 @@ func TestRevokeLater(t *testing.T) {
 	base := cl.DeepCopy()
 	cl.Status.Phase = common.PhaseProgressing
 	require.NoError(t, env.Client.Status().Patch(ctx, cl, client.MergeFrom(base)))
-	r.Backend = unreachableBackend{}
+	fake := backendtest.New(backendtest.Options{Server: clusters.Config}) // it runs no cluster of cl
+	r.Backend = fake
 	res, err = r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(ar)})
 	require.NoError(t, err)
 	assert.Equal(t, 30*time.Second, res.RequeueAfter)
@@ -66,6 +65,7 @@ func TestRevokeLater(t *testing.T) {
 	require.NotNil(t, c)
 	assert.Equal(t, accessrequest.ReasonRevoking, c.Reason)
 	assert.Contains(t, c.Message, `phase "Progressing"`)
+	assert.Zero(t, fake.Count(backendtest.MethodAdminConfig, client.ObjectKeyFromObject(cl)), "the cluster is not reached while it is not Ready")
 
 	// The Cluster being deleted: nothing is left to revoke, the finalizer goes.
 	base = cl.DeepCopy()
@@ -111,20 +111,4 @@ func handedOverRequest(t *testing.T, cl *clustersv1alpha1.Cluster, name, profile
 func directReconciler(profile string, be backend.Backend) *accessrequest.Reconciler {
 	return &accessrequest.Reconciler{ProfileScope: kit.ProfileScope{Client: env.Client, ProviderName: testProvider, Profile: profile,
 		BackendName: "local", Backend: be}, Options: accessrequest.Options{}.WithDefaults()}
-}
-
-// unreachableBackend runs no cluster: every call fails.
-type unreachableBackend struct{}
-
-func (unreachableBackend) Name() string                                                   { return "local" }
-func (unreachableBackend) Versions() []string                                             { return []string{"1.37.1"} }
-func (b unreachableBackend) ForProfile(*providersv1alpha1.ProviderConfig) backend.Backend { return b }
-func (unreachableBackend) Ensure(context.Context, *clustersv1alpha1.Cluster, backend.Want) (backend.State, error) {
-	return backend.State{}, errors.New("unreachable")
-}
-func (unreachableBackend) Delete(context.Context, *clustersv1alpha1.Cluster) (bool, error) {
-	return false, errors.New("unreachable")
-}
-func (unreachableBackend) AdminConfig(context.Context, *clustersv1alpha1.Cluster) (*rest.Config, error) {
-	return nil, errors.New("unreachable")
 }

@@ -21,14 +21,20 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/test/operator"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
-var env *testenv.Env
+// env is the platform; clusters is the one API server every cluster of the fake backend
+// (backend/backendtest) hands out, apart from the platform's: the tests grant real tokens and RBAC
+// objects there and keep apart by their names. The tests named ...WithLocalBackend run real
+// local clusters instead.
+var env, clusters *testenv.Env
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env, &clusters)) }
 
 const (
 	testProvider = "artest"
@@ -121,10 +127,20 @@ func kubeconfigClient(t testing.TB, s *corev1.Secret) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-// adminClient reaches cl's cluster as the operator does.
-func adminClient(t testing.TB, op *operator.Operator, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
+// startFake runs the operator, with the labeller, and a fake backend whose clusters are the
+// clusters API server, until the test ends; o.Backend is set.
+func startFake(t testing.TB, o operator.Options) *backendtest.Fake {
 	t.Helper()
-	cfg, err := op.Local.AdminConfig(context.Background(), cl)
+	fake := backendtest.New(backendtest.Options{Server: clusters.Config})
+	o.ProviderName, o.Labeller, o.Backend = testProvider, true, fake
+	operator.Start(t, env, o)
+	return fake
+}
+
+// adminClient reaches cl's cluster as the operator does, through be's AdminConfig.
+func adminClient(t testing.TB, be backend.Backend, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
+	t.Helper()
+	cfg, err := be.AdminConfig(context.Background(), cl)
 	require.NoError(t, err)
 	return kubernetes.NewForConfigOrDie(cfg)
 }

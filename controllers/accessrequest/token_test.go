@@ -20,22 +20,22 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/test/operator"
 )
 
-// TestTokenAccess grants token AccessRequests in one real local cluster, started once for the
-// whole test, with the labeller preparing the requests as in production. The subtests run in
-// order and share the cluster; the last one deletes it.
+// TestTokenAccess grants token AccessRequests in one cluster of the fake backend, a real API
+// server (clusters) that authorizes by RBAC and authenticates service-account tokens, with the
+// labeller preparing the requests as in production. The subtests run in order and share the
+// cluster; the last one deletes it.
 func TestTokenAccess(t *testing.T) {
 	clock := clocktesting.NewFakePassiveClock(time.Now())
-	op := operator.Start(t, env, operator.Options{
-		ProviderName: testProvider, Labeller: true,
-		Access: accessrequest.Options{TokenValidity: time.Hour, Clock: clock},
-	})
+	fake := startFake(t, operator.Options{Access: accessrequest.Options{TokenValidity: time.Hour, Clock: clock}})
 	ns := env.Namespace(t)
 	profileName := newProviderConfig(t)
+	fake.Set(client.ObjectKey{Namespace: ns, Name: "c1"}, func(c *backendtest.Cluster) { c.Ready = false }) // it starts
 	cl := newCluster(t, ns, "c1", profileName)
 
 	// Created together with the Cluster: it waits for it, then is granted. ClusterRole
@@ -50,18 +50,17 @@ func TestTokenAccess(t *testing.T) {
 	key := client.ObjectKeyFromObject(ar)
 	t.Run("waits for the Cluster to be Ready", func(t *testing.T) {
 		waitRequest(t, key, "Pending until the Cluster is Ready", func(c *assert.CollectT, ar *clustersv1alpha1.AccessRequest) {
-			if ar.Status.Phase == common.PhaseGranted {
-				return // the cluster was quicker than this poll: nothing left to see
-			}
 			hasGranted(c, ar, common.PhasePending, accessrequest.ReasonClusterNotReady)
 		})
+		assert.Zero(t, fake.Count(backendtest.MethodAdminConfig, client.ObjectKeyFromObject(cl)), "nothing is granted in a cluster that is not Ready")
+		fake.Set(client.ObjectKeyFromObject(cl), func(c *backendtest.Cluster) { c.Ready = true })
 	})
 
 	var admin kubernetes.Interface
 	var firstToken string
 	t.Run("granted: what the rules allow works, the rest is Forbidden", func(t *testing.T) {
 		got := waitRequest(t, key, "Granted", isGranted)
-		admin = adminClient(t, op, cl)
+		admin = adminClient(t, fake, cl)
 		// A ClusterRole made after the grant, bound by name before it exists (roleRefs need not
 		// exist yet); the stock roles are tested in dataloss_test.go.
 		_, err := admin.RbacV1().ClusterRoles().Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "pod-reader"},

@@ -21,10 +21,7 @@ import (
 // edited is written again at the request's next grant check.
 func TestSecretsNotWatched(t *testing.T) {
 	const check = 2 * time.Second
-	operator.Start(t, env, operator.Options{
-		ProviderName: testProvider, Labeller: true, NoSecretWatch: true,
-		Access: accessrequest.Options{GrantCheck: check},
-	})
+	startFake(t, operator.Options{NoSecretWatch: true, Access: accessrequest.Options{GrantCheck: check}})
 	ns := env.Namespace(t)
 	cl := newCluster(t, ns, "unwatched", newProviderConfig(t))
 	ar := newRequest(t, ns, "unwatched", cl.Name, clustersv1alpha1.TokenConfig{

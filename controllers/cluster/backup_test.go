@@ -1,8 +1,6 @@
 package cluster_test
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
@@ -50,14 +49,14 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 	return n == len(want)
 }
 
-// TestBackupSchedule: the ProviderConfig's schedule through the Cluster reconciler with the real
-// local backend. The first snapshot is taken once the Cluster is Ready (condition BackedUp, the
-// list in the status, the Event, the gauges); snapshots on demand beyond keep remove the oldest;
-// turning the schedule off says so; the Cluster's deletion drops its gauges and keeps its
-// snapshots.
+// TestBackupSchedule: the ProviderConfig's schedule through the Cluster reconciler with a fake
+// backend. The first snapshot is taken once the Cluster is Ready (condition BackedUp, the list in
+// the status, the Event, the gauges); snapshots on demand beyond keep remove the oldest; turning
+// the schedule off says so; the Cluster's deletion drops its gauges and keeps its snapshots.
+// What the local backend writes (the files kept, removed and outliving the Cluster, the keys
+// beside them) is tested in backend/local (TestBackupRestoreDrill, TestEncryptionAtRest).
 func TestBackupSchedule(t *testing.T) {
-	stateDir := t.TempDir()
-	startOperator(t, stateDir, 1)
+	fake := startFake(t, backendtest.Options{})
 	ctx := t.Context()
 	ns := env.Namespace(t)
 	pc := &providersv1alpha1.ProviderConfig{
@@ -109,9 +108,12 @@ func TestBackupSchedule(t *testing.T) {
 	kept := waitCluster(t, key, "two kept", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 		assert.Contains(c, meta.FindStatusCondition(cl.Status.Conditions, cluster.ConditionBackedUp).Message, "2 kept")
 	})
-	records, err := filepath.Glob(filepath.Join(stateDir, "backups", string(kept.UID), "*.json"))
+	snaps, err := fake.Snapshots(ctx, kept)
 	require.NoError(t, err)
-	assert.Len(t, records, 2, "the oldest was removed")
+	assert.Len(t, snaps, 2, "the oldest was removed")
+	for _, c := range fake.Calls(backendtest.MethodSnapshot, key) {
+		assert.Equal(t, 2, c.Keep, "the ProviderConfig's keep")
+	}
 
 	// The schedule turned off: said so; what was taken stays.
 	testenv.Update(ctx, t, env.Client, pc, func(pc *providersv1alpha1.ProviderConfig) { pc.Spec.Backup.Disabled = true })
@@ -128,12 +130,8 @@ func TestBackupSchedule(t *testing.T) {
 		_, ok = gauge(c, "cluster_provider_cluster_ready", series)
 		assert.False(c, ok)
 	}, readyWithin, poll)
-	entries, err := os.ReadDir(filepath.Join(stateDir, "backups", string(kept.UID)))
+	snaps, err = fake.Snapshots(ctx, kept)
 	require.NoError(t, err)
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
-	}
-	assert.Len(t, entries, 5, "its two snapshots (file and record each) and the keys their Secrets are encrypted with outlive it: %v", names)
-	assert.Contains(t, names, "keys")
+	assert.Len(t, snaps, 2, "its two snapshots outlive it")
+	assert.Equal(t, 1, fake.Count(backendtest.MethodDelete, key), "its cluster is deleted")
 }

@@ -18,6 +18,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/backendtest"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 	"github.com/openmcp-local/cluster-provider/controllers/profile"
 	"github.com/openmcp-local/cluster-provider/test/operator"
@@ -28,7 +29,7 @@ import (
 // folder is tried again.
 const stateRetry = 2 * time.Second
 
-// TestBrokenState damages the folders of four of five local clusters while the operator is down,
+// TestBrokenStateWithLocalBackend damages the folders of four of five local clusters while the operator is down,
 // as a bad disk or a careless hand would, and starts it again:
 //   - a truncated CA key: the cluster stays stopped, Provisioned=False reason StateDamaged names the
 //     file and what to do, a Warning Event says so, no file changes; once the key is restored the
@@ -40,7 +41,10 @@ const stateRetry = 2 * time.Second
 //   - a missing etcd data folder: the cluster starts EMPTY and says so (DataLost), as when its
 //     whole folder is lost;
 //   - the fifth cluster comes back as it was.
-func TestBrokenState(t *testing.T) {
+//
+// It tests the local backend's handling of its folders through the reconciler (TestBackendReports
+// covers the reconciler's side with a fake backend).
+func TestBrokenStateWithLocalBackend(t *testing.T) {
 	stateDir := t.TempDir()
 	ns := env.Namespace(t)
 	pc := newProviderConfig(t)
@@ -140,10 +144,10 @@ func TestBrokenState(t *testing.T) {
 	}
 }
 
-// TestStateDirFull runs the operator on a state dir with no space left (a small tmpfs, filled):
+// TestStateDirFullWithLocalBackend runs the operator on a state dir with no space left (a small tmpfs, filled):
 // a new Cluster gets Provisioned=False reason StateDirFull with what to do and a Warning Event,
 // and starts by itself once space is freed. It needs root to mount the tmpfs.
-func TestStateDirFull(t *testing.T) {
+func TestStateDirFullWithLocalBackend(t *testing.T) {
 	stateDir := t.TempDir()
 	// etcd preallocates 64 MiB of write-ahead log: room for one cluster once the filler is gone.
 	if err := syscall.Mount("tmpfs", stateDir, "tmpfs", 0, "size=256m,mode=0700"); err != nil {
@@ -217,10 +221,11 @@ func folderListing(t *testing.T, dir string) map[string]string {
 	return out
 }
 
-// TestCapacityFrees: with --local-max-clusters 1, a second Cluster waits with reason
-// CapacityExhausted and starts by itself, untouched, once the first is deleted.
+// TestCapacityFrees: with a backend that runs one cluster, a second Cluster waits with reason
+// CapacityExhausted and starts by itself, untouched, once the first is deleted (the backend's
+// notification; backend/local's TestCapacity checks that the local backend sends it).
 func TestCapacityFrees(t *testing.T) {
-	startOperator(t, t.TempDir(), 1)
+	startFake(t, backendtest.Options{MaxClusters: 1})
 	ns := env.Namespace(t)
 	profileName := profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name)
 	first := newCluster(t, ns, "first", profileName, "")
@@ -246,12 +251,11 @@ func TestCapacityFrees(t *testing.T) {
 // waited for (reproduced: TestBackupSchedule made to fail there, then TestCapacityFrees red at the
 // same line as in the issue). Without DeleteAtCleanup the leftover here outlives its test, and
 // the next operator serves it: it runs, or waits for the place, whichever of it and "fresh" its
-// reconciler comes to first.
+// reconciler comes to first. Each operator has a fake backend of one place.
 func TestLeftovers(t *testing.T) {
 	var left *clustersv1alpha1.Cluster
-	// A short name: the state folder's path holds it, and etcd's sockets inside it are short.
 	require.True(t, t.Run("left", func(t *testing.T) {
-		startOperator(t, t.TempDir(), 1)
+		startFake(t, backendtest.Options{MaxClusters: 1})
 		left = newCluster(t, env.Namespace(t), "left", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
 		waitCluster(t, client.ObjectKeyFromObject(left), "the leftover is Ready", isReady)
 	}))
@@ -263,7 +267,7 @@ func TestLeftovers(t *testing.T) {
 		require.True(t, apierrors.IsNotFound(err), "%v", err)
 	}
 
-	startOperator(t, t.TempDir(), 1)
+	startFake(t, backendtest.Options{MaxClusters: 1})
 	fresh := newCluster(t, env.Namespace(t), "fresh", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
 	waitCluster(t, client.ObjectKeyFromObject(fresh), "the next test's Cluster gets the place", isReady)
 	gone(t, left) // its deletion is finished by the next operator

@@ -106,27 +106,114 @@ func adminClient(t *testing.T, op *operator.Operator, cl *clustersv1alpha1.Clust
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-func processGone(pid int) bool { return errors.Is(syscall.Kill(pid, syscall.Signal(0)), syscall.ESRCH) }
-
-// TestClusterLifecycle takes Clusters of a local ProviderConfig through their life against envtest
-// with the real local backend, at most one local cluster at a time (capacity 1), two control-plane
-// starts in all: Ready with labels and Events; capacity; a ProviderConfig spec change keeps the
-// cluster running; a foreign finalizer holds the deletion; deletion stops everything; the name
-// reused gets a fresh cluster.
-func TestClusterLifecycle(t *testing.T) {
-	op := startOperator(t, t.TempDir(), 1)
-	ctx := t.Context()
-	ns := env.Namespace(t)
-
-	// A Cluster of another provider's profile is never touched.
+// foreignCluster creates, in ns, a Cluster of another provider's profile, which no test's
+// operator may touch (untouched).
+func foreignCluster(t *testing.T, ns string) *clustersv1alpha1.Cluster {
+	t.Helper()
 	other := &clustersv1alpha1.ClusterProfile{
 		ObjectMeta: metav1.ObjectMeta{Name: "default.someone-else." + ns},
 		Spec: clustersv1alpha1.ClusterProfileSpec{
 			ProviderRef: common.LocalObjectReference{Name: "someone-else"}, ProviderConfigRef: common.LocalObjectReference{Name: "x"},
 		},
 	}
-	require.NoError(t, env.Client.Create(ctx, other))
-	foreign := newCluster(t, ns, "foreign", other.Name, "")
+	require.NoError(t, env.Client.Create(t.Context(), other))
+	return newCluster(t, ns, "foreign", other.Name, "")
+}
+
+// untouched checks that foreign got no finalizer and no status.
+func untouched(t *testing.T, foreign *clustersv1alpha1.Cluster) {
+	t.Helper()
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKeyFromObject(foreign), foreign))
+	assert.Empty(t, foreign.Finalizers, "another provider's Cluster gets no finalizer")
+	assert.Empty(t, foreign.Status.Conditions, "nor a status")
+}
+
+// refuseDowngrade asks the Ready cl, of a profile offering only 1.37.1, for 1.36.3 and checks the
+// refusal: the cluster keeps serving, a condition and an Event say why.
+func refuseDowngrade(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	ctx := t.Context()
+	testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) {
+		cur.Spec.Kubernetes.Version = "1.36.3" // a downgrade, and not offered by this profile
+	})
+	got := waitCluster(t, client.ObjectKeyFromObject(cl), "VersionChangeRefused", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+		assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
+		hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionFalse, backend.ReasonVersionChangeRefused)
+	})
+	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionVersionUpToDate).Message,
+		"spec.kubernetes.version 1.36.3 is not offered by this profile; offered are: 1.37.1")
+	assert.Equal(t, common.PhaseReady, got.Status.Phase, "the cluster serves: Ready, its requests granted")
+	assert.Equal(t, "1.37.1", got.Labels[clustersv1alpha1.K8sVersionLabel], "the label says what runs")
+	hasCondition(t, got, cluster.ConditionProvisioned, metav1.ConditionTrue, cluster.ReasonProvisioned)
+	assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "Kubernetes 1.37.1")
+	e := env.AwaitEvent(t, cl, backend.ReasonVersionChangeRefused)
+	assert.Contains(t, e.Note, "the cluster keeps running 1.37.1")
+}
+
+// backToCurrent asks cl for no version again: it is up to date.
+func backToCurrent(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	ctx := t.Context()
+	testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) { cur.Spec.Kubernetes.Version = "" })
+	waitCluster(t, client.ObjectKeyFromObject(cl), "VersionUpToDate again", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+		assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
+		hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionTrue, cluster.ReasonVersionCurrent)
+	})
+}
+
+// addUnservedVersion adds a version no backend serves to pc: the ProviderConfig says so and its
+// profile leaves it out.
+func addUnservedVersion(t *testing.T, pc *providersv1alpha1.ProviderConfig, profileName string) {
+	t.Helper()
+	ctx := t.Context()
+	testenv.Update(ctx, t, env.Client, pc.DeepCopy(), func(cur *providersv1alpha1.ProviderConfig) {
+		cur.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.30.0"}}
+	})
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &providersv1alpha1.ProviderConfig{}
+		require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), got))
+		cond := meta.FindStatusCondition(got.Status.Conditions, providerconfig.ConditionVersionsServed)
+		if assert.NotNil(c, cond) && assert.Equal(c, got.Generation, got.Status.ObservedGeneration) {
+			assert.Equal(c, providerconfig.ReasonVersionsNotServed, cond.Reason)
+			assert.Contains(c, cond.Message, "1.30.0")
+			assert.Contains(c, cond.Message, "--local-binaries")
+		}
+		cp := &clustersv1alpha1.ClusterProfile{}
+		require.NoError(c, env.Client.Get(ctx, client.ObjectKey{Name: profileName}, cp))
+		assert.Equal(c, []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}, cp.Spec.SupportedVersions)
+	}, readyWithin, poll, "the unserved version is reported and left out of the profile")
+}
+
+// holdDeletion deletes cl with a foreign finalizer on it and waits until the Cluster says the
+// deletion waits for it; it returns the Cluster to remove the finalizer from.
+func holdDeletion(t *testing.T, cl *clustersv1alpha1.Cluster) *clustersv1alpha1.Cluster {
+	t.Helper()
+	ctx := t.Context()
+	cur := cl.DeepCopy()
+	testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) { controllerutil.AddFinalizer(cur, foreignFinalizer) })
+	require.NoError(t, env.Client.Delete(ctx, cur))
+	waitCluster(t, client.ObjectKeyFromObject(cl), "WaitingForFinalizers", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+		assert.Equal(c, common.PhaseTerminating, cl.Status.Phase)
+		hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, cluster.ReasonWaitingForFinalizers)
+	})
+	return cur
+}
+
+func processGone(pid int) bool { return errors.Is(syscall.Kill(pid, syscall.Signal(0)), syscall.ESRCH) }
+
+// TestClusterWithLocalBackend is the Cluster reconciler's integration test with the real local
+// backend (TestClusterLifecycle covers the reconciler with a fake one): a Cluster of a local
+// ProviderConfig through its life against envtest, two control-plane starts in all: Ready, its
+// endpoint serving the version chosen, the operator admin there; a crashed controller manager
+// reported and restarted; a refused version change and a ProviderConfig spec change keep the
+// same processes; a foreign finalizer holds the deletion, which then stops every process, removes
+// the folder and closes the port; the name reused gets a fresh cluster without the old data.
+func TestClusterWithLocalBackend(t *testing.T) {
+	op := startOperator(t, t.TempDir(), 1)
+	ctx := t.Context()
+	ns := env.Namespace(t)
+
+	foreign := foreignCluster(t, ns)
 
 	pc := newProviderConfig(t) // no versions: every served one
 	profileName := profile.Name(testEnvironment, testProvider, pc.Name)
@@ -171,83 +258,21 @@ func TestClusterLifecycle(t *testing.T) {
 		require.Len(t, pids, 3)
 	})
 
-	t.Run("unserved version", func(t *testing.T) {
-		old := newCluster(t, ns, "old", profileName, "1.20.0")
-		got := waitCluster(t, client.ObjectKeyFromObject(old), "VersionNotSupported", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
-			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonVersionNotSupported)
-		})
-		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "offered are: 1.37.1")
-		assert.NoDirExists(t, op.Local.Dir(got.UID), "nothing is started")
-		require.NoError(t, env.Client.Delete(ctx, old))
-		gone(t, old)
-	})
-
 	t.Run("a version change is refused: the cluster keeps serving, a condition and an Event say why", func(t *testing.T) {
-		testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) {
-			cur.Spec.Kubernetes.Version = "1.36.3" // a downgrade, and not offered by this profile
-		})
-		got := waitCluster(t, client.ObjectKeyFromObject(cl), "VersionChangeRefused", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
-			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
-			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionFalse, backend.ReasonVersionChangeRefused)
-		})
-		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionVersionUpToDate).Message,
-			"spec.kubernetes.version 1.36.3 is not offered by this profile; offered are: 1.37.1")
-		assert.Equal(t, common.PhaseReady, got.Status.Phase, "the cluster serves: Ready, its requests granted")
-		assert.Equal(t, "1.37.1", got.Labels[clustersv1alpha1.K8sVersionLabel], "the label says what runs")
-		hasCondition(t, got, cluster.ConditionProvisioned, metav1.ConditionTrue, cluster.ReasonProvisioned)
-		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "Kubernetes 1.37.1")
-		e := env.AwaitEvent(t, cl, backend.ReasonVersionChangeRefused)
-		assert.Contains(t, e.Note, "the cluster keeps running 1.37.1")
+		refuseDowngrade(t, cl)
 		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the same processes run")
 
-		// Back to what it runs: up to date again.
-		testenv.Update(ctx, t, env.Client, cl.DeepCopy(), func(cur *clustersv1alpha1.Cluster) { cur.Spec.Kubernetes.Version = "" })
-		waitCluster(t, client.ObjectKeyFromObject(cl), "VersionUpToDate again", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
-			assert.Equal(c, cl.Generation, cl.Status.ObservedGeneration)
-			hasCondition(c, cl, cluster.ConditionVersionUpToDate, metav1.ConditionTrue, cluster.ReasonVersionCurrent)
-		})
-	})
-
-	t.Run("capacity", func(t *testing.T) {
-		c2 := newCluster(t, ns, "c2", profileName, "")
-		got := waitCluster(t, client.ObjectKeyFromObject(c2), "CapacityExhausted", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
-			hasCondition(c, cl, cluster.ConditionProvisioned, metav1.ConditionFalse, backend.ReasonCapacityExhausted)
-		})
-		assert.Contains(t, meta.FindStatusCondition(got.Status.Conditions, cluster.ConditionProvisioned).Message, "--local-max-clusters")
-		env.AwaitEvent(t, c2, backend.ReasonCapacityExhausted)
-		require.NoError(t, env.Client.Delete(ctx, c2))
-		gone(t, c2)
+		backToCurrent(t, cl)
 	})
 
 	t.Run("ProviderConfig spec change keeps the cluster running", func(t *testing.T) {
-		testenv.Update(ctx, t, env.Client, pc.DeepCopy(), func(cur *providersv1alpha1.ProviderConfig) {
-			cur.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}, {Version: "1.30.0"}}
-		})
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			got := &providersv1alpha1.ProviderConfig{}
-			require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), got))
-			cond := meta.FindStatusCondition(got.Status.Conditions, providerconfig.ConditionVersionsServed)
-			if assert.NotNil(c, cond) && assert.Equal(c, got.Generation, got.Status.ObservedGeneration) {
-				assert.Equal(c, providerconfig.ReasonVersionsNotServed, cond.Reason)
-				assert.Contains(c, cond.Message, "1.30.0")
-				assert.Contains(c, cond.Message, "--local-binaries")
-			}
-			cp := &clustersv1alpha1.ClusterProfile{}
-			require.NoError(c, env.Client.Get(ctx, client.ObjectKey{Name: profileName}, cp))
-			assert.Equal(c, []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}, cp.Spec.SupportedVersions)
-		}, readyWithin, poll, "the unserved version is reported and left out of the profile")
+		addUnservedVersion(t, pc, profileName)
 		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the same processes run")
 		waitCluster(t, client.ObjectKeyFromObject(cl), "still Ready", isReady)
 	})
 
 	t.Run("a foreign finalizer holds the deletion", func(t *testing.T) {
-		cur := cl.DeepCopy()
-		testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) { controllerutil.AddFinalizer(cur, foreignFinalizer) })
-		require.NoError(t, env.Client.Delete(ctx, cur))
-		waitCluster(t, client.ObjectKeyFromObject(cl), "WaitingForFinalizers", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
-			assert.Equal(c, common.PhaseTerminating, cl.Status.Phase)
-			hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, cluster.ReasonWaitingForFinalizers)
-		})
+		cur := holdDeletion(t, cl)
 		assert.Equal(t, pids, op.Local.PIDs(cl.UID), "the cluster runs while the deletion waits")
 
 		testenv.Update(ctx, t, env.Client, cur, func(cur *clustersv1alpha1.Cluster) { controllerutil.RemoveFinalizer(cur, foreignFinalizer) })
@@ -272,7 +297,5 @@ func TestClusterLifecycle(t *testing.T) {
 		gone(t, again)
 	})
 
-	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(foreign), foreign))
-	assert.Empty(t, foreign.Finalizers, "another provider's Cluster gets no finalizer")
-	assert.Empty(t, foreign.Status.Conditions, "nor a status")
+	untouched(t, foreign)
 }

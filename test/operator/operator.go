@@ -1,6 +1,6 @@
 // Package operator runs, inside a test, what `cluster-provider run` runs: the controller engine
-// with its secondary watches, the ProviderConfig controller, the real local backend and, if
-// asked, the central AccessRequest labeller, in one controller-runtime manager against envtest.
+// with its secondary watches, the ProviderConfig controller, the real local backend (or a fake
+// one, Options.Backend) and, if asked, the central AccessRequest labeller, in one controller-runtime manager against envtest.
 // It is the one such harness; the controllers' integration tests share it.
 package operator
 
@@ -63,7 +63,15 @@ type Options struct {
 	// NoSecretWatch runs the operator as one that may not list and watch Secrets (deploy/rbac):
 	// no Secret informer; Secrets are read from the API server.
 	NoSecretWatch bool
+	// Backend, when set, runs the clusters instead of the real local backend (a
+	// backend/backendtest Fake): it serves the ProviderConfigs whose spec.backend is its Name, and
+	// if it has a SetNotify method, it gets the engine's notification. Local is then nil, and
+	// StateDir, MaxClusters and StateRetry do nothing.
+	Backend backend.Backend
 }
+
+// notifiable is a Backend whose notification is set after it is made (backendtest.Fake).
+type notifiable interface{ SetNotify(backend.Notify) }
 
 // Operator is a running operator.
 type Operator struct {
@@ -88,11 +96,6 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 		// TEST_LOG=1 shows the operator's log; by default it is dropped.
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logWriter())))
 	})
-	assets, err := testenv.AssetsDir()
-	require.NoError(t, err)
-	bins, err := local.LoadBinaries(t.Context(), []string{assets})
-	require.NoError(t, err)
-
 	ctx, cancel := context.WithCancel(context.Background())
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme:     testenv.Scheme,
@@ -105,25 +108,20 @@ func Start(t testing.TB, env *testenv.Env, o Options) *Operator {
 	e, err := profile.NewEngine(ctx, mgr.GetCache(), testenv.Scheme, o.ProviderName, o.Workers, !o.NoSecretWatch, ctrl.Log.WithName("engine"))
 	require.NoError(t, err)
 	require.NoError(t, mgr.Add(e))
-	reader := mgr.GetAPIReader()
-	lb, err := local.New(local.Options{
-		Binaries:    bins,
-		StateDir:    o.StateDir,
-		MaxClusters: o.MaxClusters,
-		StateRetry:  o.StateRetry,
-		StopGrace:   5 * time.Second,
-		Notify: func(r backend.Ref) {
-			e.Enqueue(profile.KindCluster, r.Profile, reconcile.Request{NamespacedName: r.NamespacedName})
-		},
-		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
-			list := &clustersv1alpha1.ClusterList{}
-			err := reader.List(ctx, list)
-			return list.Items, err
-		},
-	})
-	require.NoError(t, err)
-	require.NoError(t, mgr.Add(lb))
-	backends := backend.Registry{local.Name: lb}
+	notify := func(r backend.Ref) {
+		e.Enqueue(profile.KindCluster, r.Profile, reconcile.Request{NamespacedName: r.NamespacedName})
+	}
+	var lb *local.Backend
+	var backends backend.Registry
+	if o.Backend != nil {
+		if n, ok := o.Backend.(notifiable); ok {
+			n.SetNotify(notify)
+		}
+		backends = backend.Registry{o.Backend.Name(): o.Backend}
+	} else {
+		lb = startLocal(t, mgr, o, notify)
+		backends = backend.Registry{local.Name: lb}
+	}
 	rec := &providerconfig.Reconciler{
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("providerconfig"),
@@ -151,4 +149,30 @@ func withSecretReader(a accessrequest.Options, r client.Reader) accessrequest.Op
 		a.SecretReader = r
 	}
 	return a
+}
+
+// startLocal makes the real local backend with o's settings and adds it to mgr.
+func startLocal(t testing.TB, mgr ctrl.Manager, o Options, notify backend.Notify) *local.Backend {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	require.NoError(t, err)
+	bins, err := local.LoadBinaries(t.Context(), []string{assets})
+	require.NoError(t, err)
+	reader := mgr.GetAPIReader()
+	lb, err := local.New(local.Options{
+		Binaries:    bins,
+		StateDir:    o.StateDir,
+		MaxClusters: o.MaxClusters,
+		StateRetry:  o.StateRetry,
+		StopGrace:   5 * time.Second,
+		Notify:      notify,
+		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
+			list := &clustersv1alpha1.ClusterList{}
+			err := reader.List(ctx, list)
+			return list.Items, err
+		},
+	})
+	require.NoError(t, err)
+	require.NoError(t, mgr.Add(lb))
+	return lb
 }

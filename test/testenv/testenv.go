@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -57,37 +59,12 @@ type Env struct {
 // Start starts kube-apiserver and etcd and installs the CRDs. The binaries come from
 // KUBEBUILDER_ASSETS, or else from the newest bin/k8s/* folder of the module (`make envtest`).
 func Start() (*Env, error) {
-	assets, err := AssetsDir()
-	if err != nil {
-		return nil, err
-	}
 	objs, err := crds.CRDs()
 	if err != nil {
 		return nil, err
 	}
-	// The API server's certificates live in a folder of ours, not one envtest makes and forgets on
-	// Stop: StopAPIServer and StartAPIServer restart it on the same port with the same CA, so
-	// clients made before keep working.
-	certDir, err := os.MkdirTemp("", "testenv-apiserver-")
+	e, err := startEnvtest("testenv-apiserver-", objs)
 	if err != nil {
-		return nil, err
-	}
-	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{
-			CertDir: certDir, StopTimeout: apiServerStopTimeout}},
-		BinaryAssetsDirectory: assets,
-		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: objs},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                Scheme,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		_ = os.RemoveAll(certDir)
-		return nil, fmt.Errorf("starting envtest from %s: %w", assets, err)
-	}
-	e := &Env{Config: cfg, env: env, certDir: certDir}
-	if e.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
-		_ = e.Stop()
 		return nil, err
 	}
 	// The admission policies every deployment has (deploy/policy), as `cluster-provider init`
@@ -101,11 +78,51 @@ func Start() (*Env, error) {
 		}
 	}
 	if err == nil {
-		err = awaitPolicies(e.Client, cfg)
+		err = awaitPolicies(e.Client, e.Config)
 	}
 	if err != nil {
 		_ = e.Stop()
 		return nil, fmt.Errorf("applying the admission policies of deploy/policy: %w", err)
+	}
+	return e, nil
+}
+
+// StartBare starts a kube-apiserver and etcd with nothing installed, RBAC authorizing and
+// service-account tokens issued as in any cluster: the one API server every cluster of a fake
+// backend (backend/backendtest) hands out, apart from the platform's.
+func StartBare() (*Env, error) { return startEnvtest("testenv-clusters-", nil) }
+
+// startEnvtest starts kube-apiserver and etcd with defs installed, its certificates in a new
+// folder named with prefix, and makes the Env's client.
+func startEnvtest(prefix string, defs []*apiextensionsv1.CustomResourceDefinition) (*Env, error) {
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	// The API server's certificates live in a folder of ours, not one envtest makes and forgets on
+	// Stop: StopAPIServer and StartAPIServer restart it on the same port with the same CA, so
+	// clients made before keep working.
+	certDir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{
+			CertDir: certDir, StopTimeout: apiServerStopTimeout}},
+		BinaryAssetsDirectory: assets,
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
+		ErrorIfCRDPathMissing: defs != nil,
+		Scheme:                Scheme,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		_ = os.RemoveAll(certDir)
+		return nil, fmt.Errorf("starting envtest from %s: %w", assets, err)
+	}
+	e := &Env{Config: cfg, env: env, certDir: certDir}
+	if e.Client, err = client.New(cfg, client.Options{Scheme: Scheme}); err != nil {
+		_ = e.Stop()
+		return nil, err
 	}
 	return e, nil
 }
@@ -148,25 +165,54 @@ func (e *Env) Stop() error {
 }
 
 // Main is a TestMain body: it starts the environment into *env, runs the tests and stops it.
-// A package whose tests need the API server calls os.Exit(testenv.Main(m, &env)).
-func Main(m *testing.M, env **Env) int {
+// A package whose tests need the API server calls os.Exit(testenv.Main(m, &env)). Each of bare
+// gets an API server of StartBare, for the clusters of a fake backend.
+func Main(m *testing.M, env **Env, bare ...**Env) int {
 	// A fuzzing run (go test -fuzz, its coordinator and workers) runs one fuzz target of pure
 	// code: no API server is started for it, and *env stays nil.
 	flag.Parse()
 	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
 		return m.Run()
 	}
-	e, err := Start()
+	// The API servers start at the same time: each takes seconds, mostly waiting.
+	envs, errs := make([]*Env, 1+len(bare)), make([]error, 1+len(bare))
+	var wg sync.WaitGroup
+	for i := range envs {
+		wg.Go(func() {
+			if i == 0 {
+				envs[i], errs[i] = Start()
+			} else {
+				envs[i], errs[i] = StartBare()
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
 	}
-	*env = e
-	code := m.Run()
-	if err := e.Stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stopping envtest:", err)
-		if code == 0 {
-			code = 1
+	var started []*Env
+	for i, e := range envs {
+		if e == nil {
+			continue
+		}
+		started = append(started, e)
+		if i == 0 {
+			*env = e
+		} else {
+			*bare[i-1] = e
+		}
+	}
+	code := 1
+	if err == nil {
+		code = m.Run()
+	}
+	for _, s := range started {
+		if err := s.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping envtest:", err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	return code
