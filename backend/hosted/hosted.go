@@ -352,7 +352,9 @@ func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster)
 	return b.adminConfig(ctx, cl, pc)
 }
 
-// adminConfig is AdminConfig with cl's ProviderConfig pc.
+// adminConfig is AdminConfig with cl's ProviderConfig pc: the config the last Ensure made, or
+// one made from the record and the admin certificate's Secret (after a restart of the operator),
+// without writing anything. A control plane that is not made yet is an error the caller retries.
 func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (*rest.Config, error) {
 	b.mu.Lock()
 	cfg := b.admin[cl.UID]
@@ -360,16 +362,34 @@ func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	if cfg != nil {
 		return rest.CopyConfig(cfg), nil
 	}
-	if _, err := b.ensure(ctx, cl, backend.Want{}, pc); err != nil {
+	var seed *providersv1alpha1.SeedRef
+	if pc.Spec.Hosted != nil {
+		seed = pc.Spec.Hosted.Seed
+	}
+	h, ps, found, err := b.locate(ctx, cl, seed)
+	switch {
+	case err != nil:
 		return nil, err
+	case h == nil:
+		return nil, fmt.Errorf("the hosted backend is starting: no credentials for the control plane of %s yet", backend.RefOf(cl))
+	case !found || ps.Version == "":
+		return nil, fmt.Errorf("the hosted control plane of %s is not made yet: its credentials come with it", backend.RefOf(cl))
 	}
-	b.mu.Lock()
-	cfg = b.admin[cl.UID]
-	b.mu.Unlock()
-	if cfg == nil {
-		return nil, fmt.Errorf("the hosted control plane of %s has no credentials yet", backend.RefOf(cl))
+	ns := NamespaceFor(cl.UID)
+	admin := &corev1.Secret{}
+	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretAdmin}, admin); err != nil {
+		return nil, fmt.Errorf("the hosted control plane of %s has no admin certificate yet (Secret %s/%s): %w", backend.RefOf(cl), ns, SecretAdmin, err)
 	}
-	return rest.CopyConfig(cfg), nil
+	external := ""
+	if !h.internal {
+		s := &Spec{Namespace: ns, Exposure: corev1.ServiceType(ps.Exposure)}
+		settings := &providersv1alpha1.HostedBackendConfig{}
+		if external, _, err = b.external(ctx, h, s, settings, &ps); err != nil {
+			return nil, err
+		}
+	}
+	p := &pki{ca: &certs.CA{CertPEM: admin.Data["ca.crt"]}, AdminCert: admin.Data["tls.crt"], AdminKey: admin.Data["tls.key"]}
+	return adminConfig(h, ns, external, p), nil
 }
 
 // SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the

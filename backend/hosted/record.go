@@ -178,7 +178,7 @@ func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed
 			return nil, ps, false, err
 		}
 		nsObj := &corev1.Namespace{}
-		if err := c.client.Get(ctx, client.ObjectKey{Name: ns}, nsObj); apierrors.IsNotFound(err) {
+		if err := c.getNamespace(ctx, ns, nsObj); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, ps, false, fmt.Errorf("looking for namespace %s: %w", ns, err)
@@ -206,4 +206,13 @@ func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed
 	}
 	h, err = b.hostFor(ctx, seed)
 	return h, providerStatus{}, false, err
+}
+
+// getNamespace reads namespace name from the host's cache, which holds the backend's own, or
+// from the API server when the cache does not hold it (someone else's, or just made).
+func (h *host) getNamespace(ctx context.Context, name string, ns *corev1.Namespace) error {
+	if err := h.cache.Get(ctx, client.ObjectKey{Name: name}, ns); err == nil {
+		return nil
+	}
+	return h.client.Get(ctx, client.ObjectKey{Name: name}, ns)
 }
