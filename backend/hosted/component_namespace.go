@@ -46,7 +46,7 @@ func (namespaceComponent) step(ctx context.Context, sc *scope) (result, error) {
 // createOnce creates obj unless the host's cache (or, for an object it does not hold, the API
 // server) has it: its content is then someone else's to keep (SetJWTAuthenticators').
 func (h *host) createOnce(ctx context.Context, obj client.Object) error {
-	if h.client.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)) == nil {
+	if h.memo.Get(ctx, client.ObjectKeyFromObject(obj), obj.DeepCopyObject().(client.Object)) == nil {
 		return nil
 	}
 	return h.createIfMissing(ctx, obj)

@@ -19,7 +19,7 @@ func (pkiComponent) name() string { return "pki" }
 
 func (pkiComponent) step(ctx context.Context, sc *scope) (result, error) {
 	b, h, s := sc.b, sc.h, sc.s
-	p, err := ensurePKI(ctx, h.client, s, ServingHosts(s.Namespace, s.ServiceCIDR, []string{sc.ps.ExternalHost}), b.opts.Certificates)
+	p, err := ensurePKI(ctx, h.memo, s, ServingHosts(s.Namespace, s.ServiceCIDR, []string{sc.ps.ExternalHost}), b.opts.Certificates)
 	if err != nil {
 		return result{}, err
 	}

@@ -32,10 +32,11 @@ import (
 // host is a cluster that runs control planes: the platform, or a seed.
 type host struct {
 	name string // "" for the platform, else the seed's Secret
-	// client reads and writes directly; the Secrets and ConfigMaps it read or wrote it answers
-	// from memory while the cache shows them unchanged (memo, reads.go).
+	// client reads and writes directly.
 	client client.Client
-	memo   *memoClient
+	// memo is client for the Secrets and ConfigMaps of the Ensure (keys, certificates, record):
+	// it answers from memory while the cache shows them unchanged (reads.go).
+	memo *memoClient
 	// cache holds the backend's workloads, Services and pods (label-selected) and tells the
 	// backend of every change.
 	cache cache.Cache
@@ -45,12 +46,12 @@ type host struct {
 	// owned are the namespaces found to be the backend's own (claimNamespace).
 	owned sync.Map
 	// priority serializes ensurePriorityClass: one reconcile replaces an old class, the others
-	// then find the new one; priorityCurrent is set once the class was found current.
-	priority        sync.Mutex
-	priorityCurrent bool
+	// then find the new one.
+	priority sync.Mutex
 	// applied is what the applier (apply.go) last applied of each object.
 	applied applier
 	// apiIPs are the ClusterIPs of Service default/kubernetes (immutable): read once.
+	apiMu  sync.Mutex
 	apiIPs []string
 }
 
@@ -80,7 +81,7 @@ func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, in
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	memo := &memoClient{Client: c, meta: ca}
-	h := &host{name: name, client: memo, memo: memo, cache: ca, internal: internal, cancel: cancel}
+	h := &host{name: name, client: c, memo: memo, cache: ca, internal: internal, cancel: cancel}
 	for _, obj := range watched {
 		inf, err := ca.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 		if err != nil {
@@ -258,9 +259,9 @@ func (h *host) createIfMissing(ctx context.Context, obj client.Object) error {
 // (those the API servers publish themselves), watched by the host's cache, so a change reaches
 // the NetworkPolicy at the control plane's next reconcile.
 func (h *host) apiEndpoints(ctx context.Context) ([]string, error) {
-	h.priority.Lock()
+	h.apiMu.Lock()
 	addrs := slices.Clone(h.apiIPs)
-	h.priority.Unlock()
+	h.apiMu.Unlock()
 	if addrs == nil {
 		svc := &corev1.Service{}
 		if err := h.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: hostAPIService}, svc); err != nil {
@@ -271,9 +272,9 @@ func (h *host) apiEndpoints(ctx context.Context) ([]string, error) {
 		if len(addrs) == 0 && svc.Spec.ClusterIP != "" {
 			addrs = []string{svc.Spec.ClusterIP}
 		}
-		h.priority.Lock()
+		h.apiMu.Lock()
 		h.apiIPs = slices.Clone(addrs)
-		h.priority.Unlock()
+		h.apiMu.Unlock()
 	}
 	eps := &discoveryv1.EndpointSliceList{}
 	if err := h.cache.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: hostAPIService}); err != nil {
@@ -329,11 +330,11 @@ const ReasonPriorityClassNotOwned = "PriorityClassNotOwned"
 func (h *host) ensurePriorityClass(ctx context.Context, log logr.Logger) error {
 	h.priority.Lock()
 	defer h.priority.Unlock()
-	if h.priorityCurrent {
-		return nil // found current once: its value and policy are immutable
-	}
 	want := PriorityClass()
 	cur := &schedulingv1.PriorityClass{}
+	if h.cache.Get(ctx, client.ObjectKey{Name: want.Name}, cur) == nil && PriorityClassCurrent(cur) {
+		return nil // the backend's own (the cache holds no other), current
+	}
 	err := h.client.Get(ctx, client.ObjectKey{Name: want.Name}, cur)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -341,7 +342,6 @@ func (h *host) ensurePriorityClass(ctx context.Context, log logr.Logger) error {
 	case err != nil:
 		return fmt.Errorf("reading PriorityClass %s: %w", want.Name, err)
 	case PriorityClassCurrent(cur):
-		h.priorityCurrent = true
 		return nil
 	case cur.Labels[LabelManagedBy] != ManagedBy:
 		policy := "PreemptLowerPriority"

@@ -328,6 +328,8 @@ func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluste
 		b.opts.Logger.Info("Removed encryption keys no snapshot of a deleted Cluster needs", "cluster", backend.RefOf(cl).String(), "keys", removed)
 	}
 	h.owned.Delete(NamespaceFor(cl.UID))
+	h.memo.forget(NamespaceFor(cl.UID))
+	h.forgetApplied(NamespaceFor(cl.UID))
 	b.forget(cl)
 	b.freed(cl)
 	return true, nil
@@ -377,7 +379,7 @@ func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	}
 	ns := NamespaceFor(cl.UID)
 	admin := &corev1.Secret{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretAdmin}, admin); err != nil {
+	if err := h.memo.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretAdmin}, admin); err != nil {
 		return nil, fmt.Errorf("the hosted control plane of %s has no admin certificate yet (Secret %s/%s): %w", backend.RefOf(cl), ns, SecretAdmin, err)
 	}
 	external := ""

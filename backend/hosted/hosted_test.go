@@ -156,12 +156,47 @@ func (h *harness) ensure(t *testing.T, cl *clustersv1alpha1.Cluster) backend.Sta
 // ensureWant is ensure with the version cl asks for.
 func (h *harness) ensureWant(t *testing.T, cl *clustersv1alpha1.Cluster, want backend.Want) backend.State {
 	t.Helper()
+	h.synced(t, cl)
 	s, err := h.b.Ensure(t.Context(), cl, want)
 	require.NoError(t, err)
 	raw, err := json.Marshal(s.ProviderStatus)
 	require.NoError(t, err)
 	cl.Status.ProviderStatus = &runtime.RawExtension{Raw: raw}
 	return s
+}
+
+// synced waits until the backend's caches hold the Secrets and ConfigMaps of cl's control plane
+// as the API server does: a reconcile comes from their watch, after the cache has what changed,
+// and the backend reads them from memory while its cache shows them unchanged (reads.go).
+func (h *harness) synced(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	h.b.mu.Lock()
+	hosts := slices.Collect(maps.Values(h.b.hosts))
+	h.b.mu.Unlock()
+	ns := NamespaceFor(cl.UID)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		for _, kind := range []string{"SecretList", "ConfigMapList"} {
+			list := &metav1.PartialObjectMetadataList{}
+			list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
+			require.NoError(t, env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{LabelManagedBy: ManagedBy}))
+			for _, hst := range hosts {
+				cached := &metav1.PartialObjectMetadataList{}
+				cached.SetGroupVersionKind(list.GroupVersionKind())
+				if assert.NoError(c, hst.cache.List(t.Context(), cached, client.InNamespace(ns))) {
+					assert.ElementsMatch(c, versions(list), versions(cached), "the backend's cache of host %q", hst.name)
+				}
+			}
+		}
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// versions are the names and resourceVersions of list's items.
+func versions(list *metav1.PartialObjectMetadataList) []string {
+	var v []string
+	for _, o := range list.Items {
+		v = append(v, o.Name+"@"+o.ResourceVersion)
+	}
+	return v
 }
 
 // etcdUp marks cl's etcd StatefulSet ready (envtest runs no pod) and ensures until the backend,
@@ -508,6 +543,10 @@ func TestEnsureVersionChange(t *testing.T) {
 		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
 		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
 		assert.Equal(t, image1, etcdImage(cl), "etcd rolls first, on its claim")
+		apiImage := func() string {
+			return apiServerImage(get(t, &appsv1.Deployment{}, NamespaceFor(cl.UID), NameAPIServer))
+		}
+		assert.Equal(t, image136, apiImage(), "the API server rolls once etcd runs the new version")
 		assert.Equal(t, "1.37.1", record(t, cl).Version)
 		assert.Equal(t, "1.36.3", record(t, cl).UpgradeFrom)
 		s = h.ensureWant(t, cl, next)
@@ -517,6 +556,11 @@ func TestEnsureVersionChange(t *testing.T) {
 		// Rolled out and answering 1.37.1, but the old API server still serves its shutdown delay:
 		// not done until it is gone.
 		h.version = "1.37.1"
+		rolledOutNow(t, cl) // etcd rolled out: the API server rolls
+		require.Eventually(t, func() bool {
+			h.ensureWant(t, cl, next)
+			return apiImage() == image1
+		}, 10*time.Second, 50*time.Millisecond, "the API server rolls once etcd runs the new version")
 		rolledOutNow(t, cl)
 		ns := NamespaceFor(cl.UID)
 		oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apiserver-old", Finalizers: []string{"test.openmcp.cloud/hold"},
@@ -1318,6 +1362,7 @@ func TestHostAPIEndpointsExcepted(t *testing.T) {
 	}
 	require.NoError(t, env.Client.Create(ctx, extra))
 	env.DeleteAtCleanup(t, extra)
+	hostSees(t, h, len(eps.Items)+1)
 	h.ensure(t, cl)
 	assert.Contains(t, except(), "198.51.100.7/32")
 	generation := policy().Generation
@@ -1339,8 +1384,22 @@ func TestHostAPIEndpointsExcepted(t *testing.T) {
 	assert.Equal(t, issuerExcept(false, append([]string{svc.Spec.ClusterIP, "198.51.100.7"}, endpoints...)), except())
 
 	require.NoError(t, env.Client.Delete(ctx, extra))
+	hostSees(t, h, len(eps.Items))
 	h.ensure(t, cl)
 	assert.NotContains(t, except(), "198.51.100.7/32", "an endpoint gone leaves the policy")
+}
+
+// hostSees waits until the backend's cache holds n EndpointSlices of the host's API server (it
+// watches them: a reconcile after a change sees it).
+func hostSees(t *testing.T, h *harness, n int) {
+	t.Helper()
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		eps := &discoveryv1.EndpointSliceList{}
+		return hst.cache.List(t.Context(), eps, client.InNamespace(metav1.NamespaceDefault),
+			client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"}) == nil && len(eps.Items) == n
+	}, 10*time.Second, 10*time.Millisecond)
 }
 
 // TestPriorityClassReplaced: the PriorityClass an earlier version made (its label, no
