@@ -165,7 +165,7 @@ func (h *harness) ensureWant(t *testing.T, cl *clustersv1alpha1.Cluster, want ba
 	return s
 }
 
-// synced waits until the backend's caches hold the Secrets and ConfigMaps of cl's control plane
+// synced waits until the backend's caches hold the ConfigMaps of cl's control plane
 // as the API server does: a reconcile comes from their watch, after the cache has what changed,
 // and the backend reads them from memory while its cache shows them unchanged (reads.go).
 func (h *harness) synced(t *testing.T, cl *clustersv1alpha1.Cluster) {
@@ -175,7 +175,7 @@ func (h *harness) synced(t *testing.T, cl *clustersv1alpha1.Cluster) {
 	h.b.mu.Unlock()
 	ns := NamespaceFor(cl.UID)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		for _, kind := range []string{"SecretList", "ConfigMapList"} {
+		for _, kind := range []string{"ConfigMapList"} {
 			list := &metav1.PartialObjectMetadataList{}
 			list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
 			require.NoError(t, env.Client.List(t.Context(), list, client.InNamespace(ns), client.MatchingLabels{LabelManagedBy: ManagedBy}))

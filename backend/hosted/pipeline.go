@@ -74,13 +74,13 @@ type scope struct {
 	// release gives back the place of spec.hosted.maxClusters held for a new control plane.
 	release func()
 	// ps is the record as the components change it.
-	ps        providerStatus
-	version   string
-	change    *backend.VersionChange
-	s         *Spec
-	pki       *pki
-	keys      encryption.State
-	admin     *rest.Config
+	ps      providerStatus
+	version string
+	change  *backend.VersionChange
+	s       *Spec
+	pki     *pki
+	keys    encryption.State
+	admin   *rest.Config
 	// external is the API server's external URL; waiting why there is none yet.
 	external, waiting string
 	// restoring says why a restore under way keeps the control plane from serving.

@@ -11,12 +11,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// memoClient is a host's client. The Secrets and ConfigMaps it reads or writes are kept in memory
-// with their resourceVersion; a read is answered from memory when the host's cache, which watches
-// only their metadata (never a Secret's data), shows that resourceVersion still: an Ensure of an
-// unchanged control plane reads its keys, certificates and record without a request. Anything
-// else, and an object the cache does not hold (not labelled LabelManagedBy, or just made), is read
-// from the API server.
+// memoClient is a host's client for the Ensure. The ConfigMaps it reads or writes are kept in
+// memory with their resourceVersion; a read is answered from memory when the host's cache, which
+// watches only their metadata, shows that resourceVersion still: an Ensure of an unchanged control
+// plane reads its record and configuration without a request. Anything else, and a ConfigMap the
+// cache does not hold (not labelled LabelManagedBy, or just made), is read from the API server.
+// Secrets are read from the API server each time: the operator may neither list nor watch Secrets
+// (deploy/hosted/hosted_role.yaml; deploy/scope_test.go TestHostedReads), so nothing would tell
+// it that one changed.
 type memoClient struct {
 	client.Client
 	meta cache.Cache
@@ -28,8 +30,6 @@ type memoClient struct {
 // memoKind is the kind of obj when memoClient keeps it, else "".
 func memoKind(obj client.Object) string {
 	switch obj.(type) {
-	case *corev1.Secret:
-		return "Secret"
 	case *corev1.ConfigMap:
 		return "ConfigMap"
 	}
@@ -68,11 +68,9 @@ func (m *memoClient) Get(ctx context.Context, key client.ObjectKey, obj client.O
 	return err
 }
 
-// copyInto sets obj (a Secret or ConfigMap) to a copy of from, of the same kind.
+// copyInto sets obj (a ConfigMap) to a copy of from, of the same kind.
 func copyInto(obj, from client.Object) {
 	switch o := obj.(type) {
-	case *corev1.Secret:
-		from.(*corev1.Secret).DeepCopyInto(o)
 	case *corev1.ConfigMap:
 		from.(*corev1.ConfigMap).DeepCopyInto(o)
 	}

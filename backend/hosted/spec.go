@@ -173,4 +173,3 @@ func imageFor(settings *providersv1alpha1.HostedBackendConfig, version, pcName s
 		"ProviderConfig %s has no control-plane image for Kubernetes %s in spec.hosted.images; add one (make controlplane-image builds cluster-provider/controlplane:v%s)",
 		pcName, version, backend.Normalize(version))
 }
-
