@@ -12,6 +12,8 @@ import (
 
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"slices"
 )
 
 // exposureComponent finds the API server's external endpoint (Service apiserver-external, made
@@ -100,4 +102,46 @@ func firstNodeAddress(ctx context.Context, c client.Client) (string, error) {
 		}
 	}
 	return "", errors.New("no node of the host cluster has an InternalIP: set spec.hosted.externalHost")
+}
+
+// InternalService is the API server's Service inside the host cluster (apiserver-internal).
+func (s *Spec) InternalService() *corev1.Service {
+	return &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameAPIServer, ComponentAPIServer),
+		Spec: corev1.ServiceSpec{
+			Selector: s.selector(ComponentAPIServer),
+			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+}
+
+// ExternalService is the API server's Service for clients outside the host cluster
+// (apiserver-external): NodePort or LoadBalancer.
+func (s *Spec) ExternalService() *corev1.Service {
+	svc := &corev1.Service{
+		TypeMeta:   typeMeta("v1", "Service"),
+		ObjectMeta: s.meta(NameExternal, ComponentAPIServer),
+		Spec: corev1.ServiceSpec{
+			Type:     s.exposure(),
+			Selector: s.selector(ComponentAPIServer),
+			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if len(s.AllowedSourceRanges) > 0 {
+		// The client's address reaches the pod (no SNAT), for the NetworkPolicy to check; only
+		// nodes running an API server answer.
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			svc.Spec.LoadBalancerSourceRanges = slices.Clone(s.AllowedSourceRanges)
+		}
+	}
+	return svc
+}
+
+func (s *Spec) exposure() corev1.ServiceType {
+	if s.Exposure == corev1.ServiceTypeLoadBalancer {
+		return corev1.ServiceTypeLoadBalancer
+	}
+	return corev1.ServiceTypeNodePort
 }

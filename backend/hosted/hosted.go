@@ -2,19 +2,13 @@ package hosted
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/go-logr/logr"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/keymutex"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,7 +17,6 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	apischeme "github.com/openmcp-local/cluster-provider/api/scheme"
 	"github.com/openmcp-local/cluster-provider/backend"
-	"github.com/openmcp-local/cluster-provider/backend/authconfig"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
@@ -37,9 +30,6 @@ const DefaultMaxRolling = 2
 
 // FieldOwner is the server-side apply field manager of what the backend applies.
 const FieldOwner = "cluster-provider-hosted"
-
-// authnKey is the key of the authentication configuration in its ConfigMap.
-const authnKey = authconfig.FileName
 
 // Options configure a Backend.
 type Options struct {
@@ -245,228 +235,4 @@ func (v *Bound) Versions() []string { return v.Backend.versionsFor(v.pc) }
 // Ensure is Backend.Ensure with the bound ProviderConfig.
 func (v *Bound) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
 	return v.Backend.ensure(ctx, cl, want, v.pc)
-}
-
-// Delete is Backend.Delete with the bound ProviderConfig.
-func (v *Bound) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
-	return v.Backend.delete(ctx, cl, v.pc)
-}
-
-// AdminConfig is Backend.AdminConfig with the bound ProviderConfig.
-func (v *Bound) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
-	return v.Backend.adminConfig(ctx, cl, v.pc)
-}
-
-// SetJWTAuthenticators is Backend.SetJWTAuthenticators with the bound ProviderConfig.
-func (v *Bound) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
-	return v.Backend.setJWTAuthenticators(ctx, cl, jwt, v.pc)
-}
-
-// Delete deletes cl's namespace in its host cluster; it is gone when the namespace is.
-func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (bool, error) {
-	pc, err := b.config(ctx, cl)
-	if err != nil {
-		pc = &providersv1alpha1.ProviderConfig{} // gone: look on the status's seed and the platform
-	}
-	return b.delete(ctx, cl, pc)
-}
-
-// delete is Delete with cl's ProviderConfig pc.
-func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (bool, error) {
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, _, found, err := b.locate(ctx, cl, seed)
-	if err != nil || h == nil {
-		return false, err
-	}
-	name := NamespaceFor(cl.UID)
-	if !found {
-		return b.gone(ctx, h, cl)
-	}
-	ns := &corev1.Namespace{}
-	if err := h.client.Get(ctx, client.ObjectKey{Name: name}, ns); apierrors.IsNotFound(err) {
-		return b.gone(ctx, h, cl)
-	} else if err != nil {
-		return false, err
-	}
-	if ns.DeletionTimestamp == nil {
-		b.opts.Logger.Info("Deleting a hosted control plane", "cluster", backend.RefOf(cl).String(), "namespace", name)
-		if err := h.client.Delete(ctx, ns, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("deleting namespace %s: %w", name, err)
-		}
-	}
-	return false, nil
-}
-
-// gone finishes the deletion of cl, whose namespace on h is gone: its snapshots stay (they
-// outlive the Cluster), and the encryption keys beside them that they need (those none needs
-// go, and the copy with the last snapshot); its snapshot, maintenance and serve Jobs and their
-// Secrets (their certificates, the serve's token) go, and so does the long-lived etcd client
-// certificate of an earlier version.
-func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster) (bool, error) {
-	names := namesFor(NamespaceFor(cl.UID))
-	serve := serveName(NamespaceFor(cl.UID))
-	for _, obj := range []client.Object{
-		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.maintain}},
-		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.job}},
-		&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.maintain}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.job}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: names.shared}},
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: serve}},
-	} {
-		if err := h.client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("deleting %T %s/%s: %w", obj, BackupNamespace, obj.GetName(), err)
-		}
-	}
-	if removed, err := b.settleGoneKeys(ctx, h, cl); err != nil {
-		b.opts.Logger.Error(err, "Removing the encryption keys no snapshot of a deleted Cluster needs failed; they stay beside the snapshots", "cluster", backend.RefOf(cl).String())
-	} else if len(removed) > 0 {
-		b.opts.Logger.Info("Removed encryption keys no snapshot of a deleted Cluster needs", "cluster", backend.RefOf(cl).String(), "keys", removed)
-	}
-	h.owned.Delete(NamespaceFor(cl.UID))
-	h.memo.forget(NamespaceFor(cl.UID))
-	h.forgetApplied(NamespaceFor(cl.UID))
-	b.forget(cl)
-	b.freed(cl)
-	return true, nil
-}
-
-func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
-	b.mu.Lock()
-	delete(b.admin, cl.UID)
-	delete(b.where, cl.UID)
-	delete(b.rolling, cl.UID)
-	delete(b.waiting, cl.UID)
-	b.mu.Unlock()
-	backend.ForgetCertificates(backend.RefOf(cl))
-}
-
-// AdminConfig returns the operator's rest.Config for cl's API server.
-func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
-	pc, err := b.config(ctx, cl)
-	if err != nil {
-		return nil, err
-	}
-	return b.adminConfig(ctx, cl, pc)
-}
-
-// adminConfig is AdminConfig with cl's ProviderConfig pc: the config the last Ensure made, or
-// one made from the record and the admin certificate's Secret (after a restart of the operator),
-// without writing anything. A control plane that is not made yet is an error the caller retries.
-func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (*rest.Config, error) {
-	b.mu.Lock()
-	cfg := b.admin[cl.UID]
-	b.mu.Unlock()
-	if cfg != nil {
-		return rest.CopyConfig(cfg), nil
-	}
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, ps, found, err := b.locate(ctx, cl, seed)
-	switch {
-	case err != nil:
-		return nil, err
-	case h == nil:
-		return nil, fmt.Errorf("the hosted backend is starting: no credentials for the control plane of %s yet", backend.RefOf(cl))
-	case !found || ps.Version == "":
-		return nil, fmt.Errorf("the hosted control plane of %s is not made yet: its credentials come with it", backend.RefOf(cl))
-	}
-	ns := NamespaceFor(cl.UID)
-	admin := &corev1.Secret{}
-	if err := h.memo.Get(ctx, client.ObjectKey{Namespace: ns, Name: SecretAdmin}, admin); err != nil {
-		return nil, fmt.Errorf("the hosted control plane of %s has no admin certificate yet (Secret %s/%s): %w", backend.RefOf(cl), ns, SecretAdmin, err)
-	}
-	external := ""
-	if !h.internal {
-		s := &Spec{Namespace: ns, Exposure: corev1.ServiceType(ps.Exposure)}
-		settings := &providersv1alpha1.HostedBackendConfig{}
-		if external, _, err = b.external(ctx, h, s, settings, &ps); err != nil {
-			return nil, err
-		}
-	}
-	p := &pki{ca: &certs.CA{CertPEM: admin.Data["ca.crt"]}, AdminCert: admin.Data["tls.crt"], AdminKey: admin.Data["tls.key"]}
-	return adminConfig(h, ns, external, p), nil
-}
-
-// SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the
-// kubelet refresh the API server pods' copy at once, and reports whether the API server runs with it.
-func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
-	pc, err := b.config(ctx, cl)
-	if err != nil {
-		return false, err
-	}
-	return b.setJWTAuthenticators(ctx, cl, jwt, pc)
-}
-
-// setJWTAuthenticators is SetJWTAuthenticators with cl's ProviderConfig pc.
-func (b *Backend) setJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator, pc *providersv1alpha1.ProviderConfig) (bool, error) {
-	data, err := authconfig.Render(jwt)
-	if err != nil {
-		return false, err
-	}
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, _, found, err := b.locate(ctx, cl, seed)
-	if err != nil || h == nil {
-		return false, err
-	}
-	if !found {
-		return false, fmt.Errorf("the hosted control plane of %s does not exist yet", backend.RefOf(cl))
-	}
-	ns := NamespaceFor(cl.UID)
-	cm := &corev1.ConfigMap{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameAuthn}, cm); err != nil {
-		return false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameAuthn, err)
-	}
-	if cm.Data[authnKey] != string(data) {
-		cm.Data = map[string]string{authnKey: string(data)}
-		if err := h.client.Update(ctx, cm); err != nil {
-			return false, fmt.Errorf("updating ConfigMap %s/%s: %w", ns, NameAuthn, err)
-		}
-	}
-	sum := hashOf([]string{string(data)})
-	pods := &corev1.PodList{}
-	if err := h.cache.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{LabelComponent: ComponentAPIServer}); err != nil {
-		return false, err
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Annotations[AnnotationAuthn] == sum || p.DeletionTimestamp != nil {
-			continue
-		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[AnnotationAuthn] = sum
-		if err := h.client.Patch(ctx, p, patch); client.IgnoreNotFound(err) != nil {
-			return false, fmt.Errorf("annotating pod %s/%s: %w", ns, p.Name, err)
-		}
-	}
-	cfg, err := b.adminConfig(ctx, cl, pc)
-	if err != nil {
-		return false, err
-	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return false, err
-	}
-	return authconfig.Applied(ctx, hc, cfg.Host, data)
-}
-
-func hashOf(ss []string) string {
-	h := sha256.New()
-	for _, s := range ss {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
 }
