@@ -30,7 +30,8 @@ func (upgradeComponent) step(ctx context.Context, sc *scope) (result, error) {
 	ps := &sc.ps
 	switch {
 	case ps.UpgradeFrom == "" || (sc.change != nil && sc.change.Refused):
-	case sc.st.Ready && backend.SameVersion(sc.st.Version, ps.Version) && !oldAPIServers(ctx, sc.h, sc.s):
+	case sc.st.Ready && backend.SameVersion(sc.st.Version, ps.Version) && !oldAPIServers(ctx, sc.h, sc.s) &&
+		sc.etcdOut != workloadWritten && sc.apiOut != workloadWritten: // what was just written is not what serves
 		ps.UpgradeFrom = "" // done: the rolled API server serves the new version, and no old one does
 	default:
 		r.waiting = "upgrading from " + ps.UpgradeFrom
