@@ -320,15 +320,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 		},
 	})
 	if s.Audit {
-		pod.Containers = append(pod.Containers, s.auditSidecar())
-		harden(&pod.Containers[len(pod.Containers)-1])
-		pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
-			corev1.VolumeMount{Name: "audit-policy", MountPath: auditPolicyMount, ReadOnly: true},
-			corev1.VolumeMount{Name: "audit-log", MountPath: auditLogMount})
-		pod.Volumes = append(pod.Volumes,
-			corev1.Volume{Name: "audit-policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-				LocalObjectReference: corev1.LocalObjectReference{Name: NameAuditPolicy}}}},
-			corev1.Volume{Name: "audit-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &auditVolumeLimit}}})
+		s.addAudit(&pod)
 	}
 	// kube-apiserver is a sidecar (a restartable init container): the controller manager starts
 	// only once the API server's startup probe has passed. Started together, it would fail to reach
@@ -336,30 +328,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	api := pod.Containers[0]
 	api.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	pod.InitContainers, pod.Containers = []corev1.Container{api}, pod.Containers[1:]
-	pki := []corev1.VolumeProjection{
-		secretItems(SecretCA, "ca.crt", "ca.crt"),
-		secretItems(SecretServing, "tls.crt", "apiserver.crt", "tls.key", "apiserver.key"),
-		secretItems(SecretServiceAcct, "sa.key", "sa.key", "sa.pub", "sa.pub"),
-		secretItems(SecretEtcdClient, "tls.crt", "etcd-client.crt", "tls.key", "etcd-client.key", "ca.crt", "etcd-ca.crt"),
-	}
-	if s.Encryption != "" {
-		pki = append(pki, secretItems(SecretEncryption, encryption.ConfigFile, encryption.ConfigFile))
-	}
-	pod.Volumes = append(pod.Volumes,
-		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			DefaultMode: ptr.To[int32](0o440), Sources: pki,
-		}}},
-		corev1.Volume{Name: "authn", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: NameAuthn}}}},
-		corev1.Volume{Name: "kcm", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-			DefaultMode: ptr.To[int32](0o440),
-			Sources: []corev1.VolumeProjection{
-				secretItems(SecretCA, "ca.crt", "ca.crt", "ca.key", "ca.key"),
-				secretItems(SecretServiceAcct, "sa.key", "sa.key"),
-				secretItems(SecretKCMKubeconf, "kubeconfig", "kubeconfig"),
-			},
-		}}},
-	)
+	pod.Volumes = append(pod.Volumes, s.apiServerVolumes()...)
 	podMeta := s.podMeta(ComponentAPIServer)
 	if s.Certificates != "" {
 		podMeta.Annotations[AnnotationCertificates] = s.Certificates
@@ -440,4 +409,46 @@ func controllerManagerArgs(serviceCIDR string) []string {
 		"--secure-port="+strconv.Itoa(portKCM),
 		"--cert-dir="+tmpMount,
 	)
+}
+
+// addAudit adds the audit sidecar (Spec.Audit), and the audit policy and log volumes, to the API
+// server's pod, whose first container is kube-apiserver.
+func (s *Spec) addAudit(pod *corev1.PodSpec) {
+	pod.Containers = append(pod.Containers, s.auditSidecar())
+	harden(&pod.Containers[len(pod.Containers)-1])
+	pod.Containers[0].VolumeMounts = append(pod.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "audit-policy", MountPath: auditPolicyMount, ReadOnly: true},
+		corev1.VolumeMount{Name: "audit-log", MountPath: auditLogMount})
+	pod.Volumes = append(pod.Volumes,
+		corev1.Volume{Name: "audit-policy", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: NameAuditPolicy}}}},
+		corev1.Volume{Name: "audit-log", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &auditVolumeLimit}}})
+}
+
+// apiServerVolumes are the API server's pod's volumes of certificates, keys and configuration.
+func (s *Spec) apiServerVolumes() []corev1.Volume {
+	pki := []corev1.VolumeProjection{
+		secretItems(SecretCA, "ca.crt", "ca.crt"),
+		secretItems(SecretServing, "tls.crt", "apiserver.crt", "tls.key", "apiserver.key"),
+		secretItems(SecretServiceAcct, "sa.key", "sa.key", "sa.pub", "sa.pub"),
+		secretItems(SecretEtcdClient, "tls.crt", "etcd-client.crt", "tls.key", "etcd-client.key", "ca.crt", "etcd-ca.crt"),
+	}
+	if s.Encryption != "" {
+		pki = append(pki, secretItems(SecretEncryption, encryption.ConfigFile, encryption.ConfigFile))
+	}
+	return []corev1.Volume{
+		corev1.Volume{Name: "pki", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o440), Sources: pki,
+		}}},
+		corev1.Volume{Name: "authn", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: NameAuthn}}}},
+		corev1.Volume{Name: "kcm", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			DefaultMode: ptr.To[int32](0o440),
+			Sources: []corev1.VolumeProjection{
+				secretItems(SecretCA, "ca.crt", "ca.crt", "ca.key", "ca.key"),
+				secretItems(SecretServiceAcct, "sa.key", "sa.key"),
+				secretItems(SecretKCMKubeconf, "kubeconfig", "kubeconfig"),
+			},
+		}}},
+	}
 }
