@@ -23,21 +23,15 @@ import (
 // and says Upgrading; a downgrade is refused; a control plane whose etcd is on an emptyDir
 // refuses any change and keeps its workloads as they are.
 func TestEnsureVersionChange(t *testing.T) {
-	const image136 = "cluster-provider/controlplane:v1.36.3"
 	h := startBackend(t)
 	h.pc.Spec.Hosted.Images["1.36.3"] = image136
-	old := backend.Want{Version: "1.36.3", Requested: "1.36.3"}
-	next := backend.Want{Version: "1.37.1", Requested: "1.37.1"}
-	etcdImage := func(cl *clustersv1alpha1.Cluster) string {
-		return get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).Spec.Template.Spec.Containers[0].Image
-	}
 
 	t.Run("emptyDir: refused, nothing changes", func(t *testing.T) {
 		cl := newCluster("upgrade-emptydir")
-		h.ensureWant(t, cl, old)
+		h.ensureWant(t, cl, want136)
 		h.etcdUp(t, cl)
 		sts := get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd)
-		s := h.ensureWant(t, cl, next)
+		s := h.ensureWant(t, cl, want137)
 		require.NotNil(t, s.VersionChange)
 		assert.True(t, s.VersionChange.Refused)
 		assert.Contains(t, s.VersionChange.Message, "upgrade from 1.36.3 to 1.37.1 is refused: this control plane's etcd keeps its data on an emptyDir")
@@ -46,31 +40,51 @@ func TestEnsureVersionChange(t *testing.T) {
 		assert.Equal(t, "1.36.3", record(t, cl).Version)
 	})
 
-	t.Run("on a claim: upgrades, and a downgrade is refused", func(t *testing.T) {
+	t.Run("on a claim: upgrades, and a downgrade is refused", func(t *testing.T) { upgradeOnAClaim(t, h) })
+}
+
+// The versions and images of TestEnsureVersionChange.
+const image136 = "cluster-provider/controlplane:v1.36.3"
+
+var (
+	want136 = backend.Want{Version: "1.36.3", Requested: "1.36.3"}
+	want137 = backend.Want{Version: "1.37.1", Requested: "1.37.1"}
+)
+
+// etcdImage is the image of cl's etcd.
+func etcdImage(t *testing.T, cl *clustersv1alpha1.Cluster) string {
+	t.Helper()
+	return get(t, &appsv1.StatefulSet{}, NamespaceFor(cl.UID), NameEtcd).Spec.Template.Spec.Containers[0].Image
+}
+
+// upgradeOnAClaim: a control plane whose etcd is on a claim upgrades, etcd first, and refuses a
+// downgrade.
+func upgradeOnAClaim(t *testing.T, h *harness) {
+	{
 		h.pc.Spec.Hosted.StorageClassName = "standard"
 		defer func() { h.pc.Spec.Hosted.StorageClassName = "" }()
 		cl := newCluster("upgrade-claim")
-		h.ensureWant(t, cl, old)
+		h.ensureWant(t, cl, want136)
 		h.etcdUp(t, cl)
-		require.Equal(t, image136, etcdImage(cl))
+		require.Equal(t, image136, etcdImage(t, cl))
 
 		s := h.ensureWant(t, cl, backend.Want{Version: "1.37.1"}) // the default moved; nothing named
 		assert.Nil(t, s.VersionChange)
 		assert.Equal(t, "1.36.3", s.Runs)
-		assert.Equal(t, image136, etcdImage(cl), "a Cluster naming no version keeps its own")
+		assert.Equal(t, image136, etcdImage(t, cl), "a Cluster naming no version keeps its own")
 
-		s = h.ensureWant(t, cl, next)
+		s = h.ensureWant(t, cl, want137)
 		require.NotNil(t, s.VersionChange)
 		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
 		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
-		assert.Equal(t, image1, etcdImage(cl), "etcd rolls first, on its claim")
+		assert.Equal(t, image1, etcdImage(t, cl), "etcd rolls first, on its claim")
 		apiImage := func() string {
 			return apiServerImage(get(t, &appsv1.Deployment{}, NamespaceFor(cl.UID), NameAPIServer))
 		}
 		assert.Equal(t, image136, apiImage(), "the API server rolls once etcd runs the new version")
 		assert.Equal(t, "1.37.1", record(t, cl).Version)
 		assert.Equal(t, "1.36.3", record(t, cl).UpgradeFrom)
-		s = h.ensureWant(t, cl, next)
+		s = h.ensureWant(t, cl, want137)
 		require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
 		assert.False(t, s.VersionChange.Refused)
 
@@ -78,7 +92,7 @@ func TestEnsureVersionChange(t *testing.T) {
 		// not done until it is gone.
 		rolledOutNow(t, cl) // etcd rolled out: the API server rolls
 		require.Eventually(t, func() bool {
-			h.ensureWant(t, cl, next)
+			h.ensureWant(t, cl, want137)
 			return apiImage() == image1
 		}, 10*time.Second, 50*time.Millisecond, "the API server rolls once etcd runs the new version")
 		h.version = "1.37.1"
@@ -100,25 +114,25 @@ func TestEnsureVersionChange(t *testing.T) {
 			var p corev1.Pod
 			return hst.cache.Get(t.Context(), client.ObjectKeyFromObject(oldPod), &p) == nil && p.DeletionTimestamp != nil
 		}, 10*time.Second, 10*time.Millisecond)
-		s = h.ensureWant(t, cl, next)
+		s = h.ensureWant(t, cl, want137)
 		require.NotNil(t, s.VersionChange, "an old API server still serves")
 		assert.Equal(t, "1.36.3", s.Runs)
 		oldPod = get(t, &corev1.Pod{}, ns, oldPod.Name)
 		oldPod.Finalizers = nil
 		require.NoError(t, env.Client.Update(t.Context(), oldPod))
 		require.Eventually(t, func() bool {
-			s = h.ensureWant(t, cl, next)
+			s = h.ensureWant(t, cl, want137)
 			return s.VersionChange == nil
 		}, 10*time.Second, 50*time.Millisecond, "done once the old API server is gone")
 		assert.Equal(t, "1.37.1", s.Runs)
 		assert.Empty(t, record(t, cl).UpgradeFrom)
 
-		s = h.ensureWant(t, cl, old)
+		s = h.ensureWant(t, cl, want136)
 		require.NotNil(t, s.VersionChange)
 		assert.True(t, s.VersionChange.Refused)
 		assert.Contains(t, s.VersionChange.Message, "downgrade from 1.37.1 to 1.36.3 is refused")
-		assert.Equal(t, image1, etcdImage(cl))
-	})
+		assert.Equal(t, image1, etcdImage(t, cl))
+	}
 }
 
 // TestImageRefresh: a patched image for the SAME version reaches an existing Cluster only when the
