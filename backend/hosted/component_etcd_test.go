@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -88,17 +89,7 @@ func TestHighAvailabilityPlan(t *testing.T) {
 	assert.Equal(t, etcdPeerCN, f["--peer-cert-allowed-cn"])
 	assert.Equal(t, "new", f["--initial-cluster-state"])
 	assert.Equal(t, "true", f["--client-cert-auth"])
-	var projected []string
-	for _, v := range sts.Spec.Template.Spec.Volumes {
-		if v.Projected != nil {
-			for _, src := range v.Projected.Sources {
-				for _, it := range src.Secret.Items {
-					projected = append(projected, it.Path)
-				}
-			}
-		}
-	}
-	assert.Subset(t, projected, []string{"peer.crt", "peer.key", "peer-client.crt", "peer-client.key", "server.crt", "ca.crt"})
+	assert.Subset(t, projectedPaths(sts.Spec.Template.Spec), []string{"peer.crt", "peer.key", "peer-client.crt", "peer-client.key", "server.crt", "ca.crt"})
 	assert.Equal(t, "/etc/etcd/pki/peer-client.crt", f["--peer-client-cert-file"])
 
 	dep := ha.APIServerDeployment()
@@ -134,14 +125,7 @@ func TestHighAvailabilityPlan(t *testing.T) {
 	assert.Equal(t, corev1.ClusterIPNone, peer.Spec.ClusterIP)
 
 	np := ha.EtcdNetworkPolicy()
-	var peerIn, peerOut bool
-	for _, r := range np.Spec.Ingress {
-		peerIn = peerIn || (r.Ports[0].Port.IntVal == portEtcdPeer && r.From[0].PodSelector != nil)
-	}
-	for _, r := range np.Spec.Egress {
-		peerOut = peerOut || (r.Ports[0].Port.IntVal == portEtcdPeer && r.To[0].PodSelector != nil)
-	}
-	assert.True(t, peerIn && peerOut, "the members reach one another's peer port: %+v", np.Spec)
+	assert.True(t, peersReach(np), "the members reach one another's peer port: %+v", np.Spec)
 	assert.Empty(t, single.EtcdNetworkPolicy().Spec.Egress, "a single etcd reaches nothing")
 
 	// A single control plane: as before.
@@ -207,4 +191,31 @@ func TestRestorePlan(t *testing.T) {
 		assert.Equal(t, s.selector(ComponentServe), last.To[0].PodSelector.MatchLabels)
 		assert.Equal(t, "restored-20261126T010000Z", s.APIServerDeployment().Spec.Template.Annotations[AnnotationRestored])
 	}
+}
+
+// projectedPaths are the paths of the Secrets' items projected into pod's volumes.
+func projectedPaths(pod corev1.PodSpec) []string {
+	var projected []string
+	for _, v := range pod.Volumes {
+		if v.Projected != nil {
+			for _, src := range v.Projected.Sources {
+				for _, it := range src.Secret.Items {
+					projected = append(projected, it.Path)
+				}
+			}
+		}
+	}
+	return projected
+}
+
+// peersReach reports whether np lets etcd's members reach one another's peer port, both ways.
+func peersReach(np *networkingv1.NetworkPolicy) bool {
+	var peerIn, peerOut bool
+	for _, r := range np.Spec.Ingress {
+		peerIn = peerIn || (r.Ports[0].Port.IntVal == portEtcdPeer && r.From[0].PodSelector != nil)
+	}
+	for _, r := range np.Spec.Egress {
+		peerOut = peerOut || (r.Ports[0].Port.IntVal == portEtcdPeer && r.To[0].PodSelector != nil)
+	}
+	return peerIn && peerOut
 }

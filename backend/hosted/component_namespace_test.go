@@ -216,40 +216,7 @@ func TestNetworkPolicies(t *testing.T) {
 			} else {
 				assert.Equal(t, []string{"169.254.0.0/16"}, block.Except)
 			}
-
-			etcd := s.EtcdNetworkPolicy()
-			assert.Len(t, etcd.Spec.PolicyTypes, 2, "ingress and egress: etcd reaches nothing")
-			assert.Empty(t, etcd.Spec.Egress)
-			require.Len(t, etcd.Spec.Ingress, 3)
-			// Its metrics port, from monitoring namespaces only.
-			metrics := etcd.Spec.Ingress[1]
-			assert.Equal(t, intstr.FromInt32(2381), *metrics.Ports[0].Port)
-			require.Len(t, metrics.From, 1)
-			assert.Nil(t, metrics.From[0].PodSelector)
-			assert.Equal(t, map[string]string{LabelMonitoring: "true"}, metrics.From[0].NamespaceSelector.MatchLabels)
-			// Its client port from this Cluster's snapshot and maintenance Jobs only, in the
-			// backups' namespace.
-			snaps := etcd.Spec.Ingress[2]
-			assert.Equal(t, intstr.FromInt32(2379), *snaps.Ports[0].Port)
-			require.Len(t, snaps.From, 1)
-			sel, err := metav1.LabelSelectorAsSelector(snaps.From[0].PodSelector)
-			require.NoError(t, err)
-			other := *s
-			other.Cluster.UID = "another"
-			for _, c := range []struct {
-				labels map[string]string
-				in     bool
-			}{
-				{s.selector(ComponentSnapshot), true},
-				{s.selector(ComponentMaintain), true},
-				{s.selector(ComponentServe), false},
-				{s.selector(ComponentAPIServer), false},
-				{other.selector(ComponentSnapshot), false},
-				{other.selector(ComponentMaintain), false},
-			} {
-				assert.Equal(t, c.in, sel.Matches(labels.Set(c.labels)), "%v", c.labels)
-			}
-			assert.Equal(t, map[string]string{corev1.LabelMetadataName: BackupNamespace}, snaps.From[0].NamespaceSelector.MatchLabels)
+			assertEtcdPolicy(t, s)
 		})
 	}
 }
@@ -308,4 +275,43 @@ func TestPriorityClass(t *testing.T) {
 			assert.Equal(t, c.current, PriorityClassCurrent(pc))
 		})
 	}
+}
+
+// assertEtcdPolicy checks etcd's NetworkPolicy of s: it reaches nothing, takes its API server,
+// monitoring on its metrics port, and this Cluster's snapshot and maintenance Jobs.
+func assertEtcdPolicy(t *testing.T, s *Spec) {
+	t.Helper()
+	etcd := s.EtcdNetworkPolicy()
+	assert.Len(t, etcd.Spec.PolicyTypes, 2, "ingress and egress: etcd reaches nothing")
+	assert.Empty(t, etcd.Spec.Egress)
+	require.Len(t, etcd.Spec.Ingress, 3)
+	// Its metrics port, from monitoring namespaces only.
+	metrics := etcd.Spec.Ingress[1]
+	assert.Equal(t, intstr.FromInt32(2381), *metrics.Ports[0].Port)
+	require.Len(t, metrics.From, 1)
+	assert.Nil(t, metrics.From[0].PodSelector)
+	assert.Equal(t, map[string]string{LabelMonitoring: "true"}, metrics.From[0].NamespaceSelector.MatchLabels)
+	// Its client port from this Cluster's snapshot and maintenance Jobs only, in the
+	// backups' namespace.
+	snaps := etcd.Spec.Ingress[2]
+	assert.Equal(t, intstr.FromInt32(2379), *snaps.Ports[0].Port)
+	require.Len(t, snaps.From, 1)
+	sel, err := metav1.LabelSelectorAsSelector(snaps.From[0].PodSelector)
+	require.NoError(t, err)
+	other := *s
+	other.Cluster.UID = "another"
+	for _, c := range []struct {
+		labels map[string]string
+		in     bool
+	}{
+		{s.selector(ComponentSnapshot), true},
+		{s.selector(ComponentMaintain), true},
+		{s.selector(ComponentServe), false},
+		{s.selector(ComponentAPIServer), false},
+		{other.selector(ComponentSnapshot), false},
+		{other.selector(ComponentMaintain), false},
+	} {
+		assert.Equal(t, c.in, sel.Matches(labels.Set(c.labels)), "%v", c.labels)
+	}
+	assert.Equal(t, map[string]string{corev1.LabelMetadataName: BackupNamespace}, snaps.From[0].NamespaceSelector.MatchLabels)
 }
