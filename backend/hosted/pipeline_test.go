@@ -160,3 +160,36 @@ func TestSteadyStateIsFree(t *testing.T) {
 		assert.Equal(t, int64(1), sts.Generation, "etcd's StatefulSet was made once and never changed")
 	})
 }
+
+// TestAdminConfigWithoutProvisioning: after a restart of the operator, AdminConfig makes the
+// operator's config from the record and the admin certificate's Secret, writing nothing; for a
+// control plane not made yet it says so.
+func TestAdminConfigWithoutProvisioning(t *testing.T) {
+	h := startBackend(t)
+	cl := newCluster("admin")
+	s := h.ensure(t, cl)
+
+	var counter requests
+	h2 := startBackendWith(t, func(o *Options) {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.WrapTransport = counter.wrap
+		o.Platform = cfg
+	})
+	h2.pc = h.pc
+	var cfg *rest.Config
+	seen := counter.counted(func() {
+		var err error
+		cfg, err = h2.b.AdminConfig(t.Context(), cl)
+		require.NoError(t, err)
+	})
+	for _, verb := range []string{http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		assert.Empty(t, seen[verb], "%s requests of AdminConfig", verb)
+	}
+	assert.Equal(t, "https://apiserver."+NamespaceFor(cl.UID)+".svc:443", cfg.Host, "the internal endpoint: the operator runs in the host")
+	assert.Equal(t, s.CABundle, cfg.CAData)
+	admin := get(t, &corev1.Secret{}, NamespaceFor(cl.UID), SecretAdmin)
+	assert.Equal(t, admin.Data["tls.crt"], cfg.CertData)
+
+	_, err := h2.b.AdminConfig(t.Context(), newCluster("admin-none"))
+	assert.ErrorContains(t, err, "is not made yet")
+}
