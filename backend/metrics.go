@@ -15,7 +15,20 @@ var metricCertificateExpiry = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		"the backend issues it anew 30 days before. Alert on cluster_provider_certificate_expiry_seconds - time() < 7*86400.",
 }, []string{"cluster", "certificate"})
 
-func init() { metrics.Registry.MustRegister(metricCertificateExpiry) }
+// metricHostedComponent is how long each step of a hosted control plane's component takes.
+var metricHostedComponent = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name: "cluster_provider_hosted_component_seconds",
+	Help: "How long one step of a component of a hosted control plane takes (namespace, pki, etcd, apiserver, ...), " +
+		"observed at every Ensure: the slow step of a creation shows here.",
+	Buckets: []float64{0.001, 0.005, 0.02, 0.1, 0.5, 1, 2, 5, 10, 30},
+}, []string{"component"})
+
+func init() { metrics.Registry.MustRegister(metricCertificateExpiry, metricHostedComponent) }
+
+// ObserveHostedComponent records that a step of a hosted control plane's component took took.
+func ObserveHostedComponent(component string, took time.Duration) {
+	metricHostedComponent.WithLabelValues(component).Observe(took.Seconds())
+}
 
 // RecordCertificates sets the expiry gauge of each certificate (by name) of the cluster ref.
 func RecordCertificates(ref Ref, notAfter map[string]time.Time) {

@@ -70,15 +70,41 @@
 // the platform (Options.Namespace; made once, never replaced, never beside the snapshots nor on a
 // seed), and pruned to what the listed snapshots need and the control plane uses (encryption.go).
 //
-// The objects are pure functions of a Spec (plan.go), table-tested. The workloads are applied only
-// when missing or when their inputs (image, resources, storage, service range) change
-// (AnnotationInputs), or when the certificates the API server's pod mounts are renewed
-// (AnnotationCertificates). The version, image, service range, exposure, external host, seed and
-// etcd storage a Cluster was created with are kept in its record for its life (the Cluster's
-// status.providerStatus shows them; locate finds a control plane without it). The version moves
-// only as backend.Resolve allows and only with etcd on a claim; a patched image of the same version
-// only when the Cluster asks (AnnotationImageRefresh). Ready needs etcd ready, the Deployment rolled out and the
-// API server's /readyz answering the operator. Deletion deletes the namespace (and with it the
-// claims); the Cluster is gone when the namespace is. A namespace of that name that is not the
-// Cluster's is never touched.
+// # The pipeline
+//
+// An Ensure fills a scope once (scope.go): it locates the control plane and reads its record once,
+// admits a new one (quota), resolves the version and makes the Spec. It then runs the components
+// of pipeline.go in order, each in its own file (component_<name>.go) with its objects, its step
+// and its readiness: namespace (and its Services, NetworkPolicies, PodDisruptionBudgets, audit
+// policy), exposure (the external host, which the serving certificate names), pki, encryption,
+// restore, record, etcd, apiserver, serving, controller-manager, maintenance, rewrite, upgrade.
+// Dependencies are explicit: the API server's Deployment is made once etcd serves, and an upgrade
+// (or an image refresh) rolls it only once every etcd member runs the new image, ready — etcd
+// first. A new component is one file and one line in the list. Each step is timed
+// (cluster_provider_hosted_component_seconds{component}; a step over a second is logged at V(1)).
+// The State is made once at the end (scope.state) and the record saved once (scope.save), and
+// before the workloads by the record component: what they are made of is recorded first.
+//
+// Every object goes through one applier (apply.go): server-side apply as FieldOwner, skipped when
+// the object in the host's cache carries the hash of the rendered object (AnnotationInputs,
+// Rendered) and nobody changed it since the backend's last apply (the generation, or
+// resourceVersion, that apply returned); a change by someone else is drift, put back. A change
+// of a workload that rolls pods waits for its turn (Options.MaxRolling). So a new operator version
+// whose plan renders the same never rolls a running control plane, and an Ensure of an unchanged
+// control plane writes nothing. It reads nothing from the API server either but the control
+// plane's Secrets (the operator may not list or watch Secrets): the workloads, Services, pods,
+// namespaces, NetworkPolicies, PodDisruptionBudgets, the PriorityClass and the host API server's
+// EndpointSlices come from the host's cache, and the record and configuration ConfigMaps from
+// memory while the cache of their metadata shows them unchanged (reads.go).
+//
+// The objects are pure functions of a Spec, table-tested. The version, image, service range,
+// exposure, external host, seed and etcd storage a Cluster was created with are kept in its
+// record for its life (the Cluster's status.providerStatus shows them; locate finds a control
+// plane without it). The version moves only as backend.Resolve allows and only with etcd on a
+// claim; a patched image of the same version only when the Cluster asks (AnnotationImageRefresh).
+// Ready needs etcd ready, the Deployment rolled out and the API server's /readyz answering the
+// operator. AdminConfig makes the operator's config from the record and the admin certificate's
+// Secret, without provisioning anything. Deletion deletes the namespace (and with it the claims);
+// the Cluster is gone when the namespace is. A namespace of that name that is not the Cluster's is
+// never touched.
 package hosted

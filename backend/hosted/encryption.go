@@ -99,7 +99,7 @@ func (b *Backend) encryptionKeys(ctx context.Context, h *host, cl *clustersv1alp
 	} else if err != nil {
 		return encryption.State{}, err
 	}
-	st, found, err := readKeys(ctx, h.client, s.Namespace, SecretEncryption)
+	st, found, err := readKeys(ctx, h.memo, s.Namespace, SecretEncryption)
 	if err != nil {
 		return st, err
 	}
@@ -152,7 +152,7 @@ func (b *Backend) encryptionKeys(ctx context.Context, h *host, cl *clustersv1alp
 		if err != nil {
 			return st, err
 		}
-		if err := ensureSecret(ctx, h.client, s, SecretEncryption, func(map[string][]byte) (map[string][]byte, error) { return data, nil }); err != nil {
+		if err := ensureSecret(ctx, h.memo, s, SecretEncryption, func(map[string][]byte) (map[string][]byte, error) { return data, nil }); err != nil {
 			return st, err
 		}
 		cfg = data[encryption.ConfigFile]
@@ -189,7 +189,7 @@ func (b *Backend) rewriteSecrets(ctx context.Context, h *host, cl *clustersv1alp
 	if err != nil {
 		return st, err
 	}
-	if err := ensureSecret(ctx, h.client, s, SecretEncryption, func(map[string][]byte) (map[string][]byte, error) { return data, nil }); err != nil {
+	if err := ensureSecret(ctx, h.memo, s, SecretEncryption, func(map[string][]byte) (map[string][]byte, error) { return data, nil }); err != nil {
 		return st, err
 	}
 	b.opts.Logger.Info("Rewrote every Secret with the encryption key", "cluster", backend.RefOf(cl).String(), "key", st.Writer(),

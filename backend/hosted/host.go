@@ -33,8 +33,11 @@ import (
 // host is a cluster that runs control planes: the platform, or a seed.
 type host struct {
 	name string // "" for the platform, else the seed's Secret
-	// client reads and writes directly (Secrets are never cached).
+	// client reads and writes directly.
 	client client.Client
+	// memo is client for the Secrets and ConfigMaps of the Ensure (keys, certificates, record):
+	// it answers from memory while the cache shows them unchanged (reads.go).
+	memo *memoClient
 	// cache holds the backend's workloads, Services, pods and Jobs (label-selected) and tells the
 	// backend of every change.
 	cache cache.Cache
@@ -46,6 +49,11 @@ type host struct {
 	// priority serializes ensurePriorityClass: one reconcile replaces an old class, the others
 	// then find the new one.
 	priority sync.Mutex
+	// applied is what the applier (apply.go) last applied of each object.
+	applied applier
+	// apiIPs are the ClusterIPs of Service default/kubernetes (immutable): read once.
+	apiMu  sync.Mutex
+	apiIPs []string
 }
 
 // watched are the kinds whose changes notify the backend.
@@ -62,12 +70,19 @@ func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, in
 		return nil, fmt.Errorf("a client of host cluster %q: %w", name, err)
 	}
 	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedBy})
-	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: selector})
+	ca, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: selector, ByObject: map[client.Object]cache.ByObject{
+		// The addresses of the host's own API server, which the API servers must not reach.
+		&discoveryv1.EndpointSlice{}: {
+			Namespaces: map[string]cache.Config{metav1.NamespaceDefault: {}},
+			Label:      labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: hostAPIService}),
+		},
+	}})
 	if err != nil {
 		return nil, fmt.Errorf("a cache of host cluster %q: %w", name, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	h := &host{name: name, client: c, cache: ca, internal: internal, cancel: cancel}
+	memo := &memoClient{Client: c, meta: ca}
+	h := &host{name: name, client: c, memo: memo, cache: ca, internal: internal, cancel: cancel}
 	for _, obj := range watched {
 		inf, err := ca.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
 		if err != nil {
@@ -232,43 +247,6 @@ func (h *host) applyResult(ctx context.Context, obj client.Object, opts ...clien
 	return res, nil
 }
 
-// Outcomes of applyWorkload.
-const (
-	workloadKept    = iota // as planned: nothing written
-	workloadWritten        // made, or changed to the plan
-	workloadWaits          // differs from the plan, but its turn to roll has not come
-)
-
-// applyWorkload makes a workload as planned. A missing one is created. An existing one is written
-// only when it differs from the plan: its rendered inputs changed (AnnotationInputs: a new image,
-// resources, certificates, or a template of a new release), or it drifted (someone scaled or
-// edited it: a server-side dry run of the plan would change its spec, which shows as a new
-// generation). A change that rolls pods waits until turn allows it (bounded rolling); turn is not
-// asked for a creation.
-func (h *host) applyWorkload(ctx context.Context, obj client.Object, turn func() bool) (int, error) {
-	cur := obj.DeepCopyObject().(client.Object)
-	err := h.cache.Get(ctx, client.ObjectKeyFromObject(obj), cur)
-	switch {
-	case apierrors.IsNotFound(err):
-		return workloadWritten, h.apply(ctx, obj)
-	case err != nil:
-		return workloadKept, err
-	}
-	if cur.GetAnnotations()[AnnotationInputs] == obj.GetAnnotations()[AnnotationInputs] {
-		dry, err := h.applyResult(ctx, obj, client.DryRunAll)
-		if err != nil {
-			return workloadKept, err
-		}
-		if dry.GetGeneration() == cur.GetGeneration() {
-			return workloadKept, nil
-		}
-	}
-	if !turn() {
-		return workloadWaits, nil
-	}
-	return workloadWritten, h.apply(ctx, obj)
-}
-
 // createIfMissing creates obj unless it exists; its content is then someone else's to keep.
 func (h *host) createIfMissing(ctx context.Context, obj client.Object) error {
 	if err := h.client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -278,26 +256,34 @@ func (h *host) createIfMissing(ctx context.Context, obj client.Object) error {
 }
 
 // apiEndpoints are the addresses of the host cluster's own API server: the ClusterIPs of Service
-// default/kubernetes and the addresses of its EndpointSlices (those the API servers publish
-// themselves). They are read directly at every reconcile (a Get and a List of a few small
-// objects; the cache holds only the backend's own objects), so a change reaches the NetworkPolicy
-// at the control plane's next reconcile.
+// default/kubernetes (immutable: read once per host) and the addresses of its EndpointSlices
+// (those the API servers publish themselves), watched by the host's cache, so a change reaches
+// the NetworkPolicy at the control plane's next reconcile.
 func (h *host) apiEndpoints(ctx context.Context) ([]string, error) {
-	svc := &corev1.Service{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: hostAPIService}, svc); err != nil {
-		return nil, fmt.Errorf("reading Service %s/%s of host cluster %q, whose addresses the control planes must not reach: %w",
-			metav1.NamespaceDefault, hostAPIService, h.name, err)
-	}
-	addrs := slices.Clone(svc.Spec.ClusterIPs)
-	if len(addrs) == 0 && svc.Spec.ClusterIP != "" {
-		addrs = []string{svc.Spec.ClusterIP}
+	h.apiMu.Lock()
+	addrs := slices.Clone(h.apiIPs)
+	h.apiMu.Unlock()
+	if addrs == nil {
+		svc := &corev1.Service{}
+		if err := h.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: hostAPIService}, svc); err != nil {
+			return nil, fmt.Errorf("reading Service %s/%s of host cluster %q, whose addresses the control planes must not reach: %w",
+				metav1.NamespaceDefault, hostAPIService, h.name, err)
+		}
+		addrs = slices.Clone(svc.Spec.ClusterIPs)
+		if len(addrs) == 0 && svc.Spec.ClusterIP != "" {
+			addrs = []string{svc.Spec.ClusterIP}
+		}
+		h.apiMu.Lock()
+		h.apiIPs = slices.Clone(addrs)
+		h.apiMu.Unlock()
 	}
 	eps := &discoveryv1.EndpointSliceList{}
-	if err := h.client.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: hostAPIService}); err != nil {
+	if err := h.cache.List(ctx, eps, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{discoveryv1.LabelServiceName: hostAPIService}); err != nil {
 		return nil, fmt.Errorf("listing the EndpointSlices of Service %s/%s of host cluster %q, whose addresses the control planes must not reach "+
-			"(the operator needs list on endpointslices in namespace %s: deploy/hosted/hosted_role.yaml): %w",
+			"(the operator needs list and watch on endpointslices in namespace %s: deploy/hosted/hosted_role.yaml): %w",
 			metav1.NamespaceDefault, hostAPIService, h.name, metav1.NamespaceDefault, err)
 	}
+	slices.SortFunc(eps.Items, func(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
 	for _, sl := range eps.Items {
 		for _, ep := range sl.Endpoints {
 			addrs = append(addrs, ep.Addresses...)
@@ -347,6 +333,9 @@ func (h *host) ensurePriorityClass(ctx context.Context, log logr.Logger) error {
 	defer h.priority.Unlock()
 	want := PriorityClass()
 	cur := &schedulingv1.PriorityClass{}
+	if h.cache.Get(ctx, client.ObjectKey{Name: want.Name}, cur) == nil && PriorityClassCurrent(cur) {
+		return nil // the backend's own (the cache holds no other), current
+	}
 	err := h.client.Get(ctx, client.ObjectKey{Name: want.Name}, cur)
 	switch {
 	case apierrors.IsNotFound(err):

@@ -85,33 +85,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	}
 	// The etcd server's certificate is not in the checksum: etcd reads its certificate files at
 	// every TLS handshake, and the kubelet updates the mounted Secret, so it needs no restart.
-	type leafSecret struct {
-		secret  string
-		ca      *certs.CA
-		leaf    certs.Leaf
-		mounted bool
-	}
-	etcdHosts := EtcdHosts(s.Namespace)
-	if s.HighAvailability {
-		etcdHosts = append(etcdHosts, EtcdMemberHosts(s.Namespace)...)
-	}
-	leaves := []leafSecret{
-		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
-		// Client too: etcd's gRPC gateway (/v3/… over HTTPS, the maintenance Jobs' way in) dials
-		// etcd's own client port presenting this certificate.
-		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
-		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
-		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
-	}
-	if s.HighAvailability {
-		// The members' certificates towards one another: serving, for every member's name, and
-		// client, with no names (etcd checks a peer's names against its address). etcd reads them
-		// at each handshake, like its serving certificate.
-		leaves = append(leaves,
-			leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
-				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
-			leafSecret{SecretEtcdPeerClient, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false})
-	}
+	leaves := leavesOf(s, p, servingHosts)
 	for _, l := range leaves {
 		cert, key, err := ensureLeaf(ctx, c, s, l.secret, l.ca, l.leaf)
 		if err != nil {
@@ -245,4 +219,40 @@ func keepKubeconfig(data []byte, ca *certs.CA, l certs.Leaf) bool {
 	}
 	user := cfg.AuthInfos["user"]
 	return user != nil && ca.Keep(user.ClientCertificateData, user.ClientKeyData, l)
+}
+
+// leafSecret is a leaf certificate of a control plane: its Secret, its CA, what it is, and
+// whether the API server's pod mounts it (its checksum then rolls the pod).
+type leafSecret struct {
+	secret  string
+	ca      *certs.CA
+	leaf    certs.Leaf
+	mounted bool
+}
+
+// leavesOf are the leaf certificates of s, of p's CAs, the API server's serving one for
+// servingHosts.
+func leavesOf(s *Spec, p *pki, servingHosts []string) []leafSecret {
+	etcdHosts := EtcdHosts(s.Namespace)
+	if s.HighAvailability {
+		etcdHosts = append(etcdHosts, EtcdMemberHosts(s.Namespace)...)
+	}
+	leaves := []leafSecret{
+		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
+		// Client too: etcd's gRPC gateway (/v3/… over HTTPS, the maintenance Jobs' way in) dials
+		// etcd's own client port presenting this certificate.
+		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
+		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
+		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
+	}
+	if s.HighAvailability {
+		// The members' certificates towards one another: serving, for every member's name, and
+		// client, with no names (etcd checks a peer's names against its address). etcd reads them
+		// at each handshake, like its serving certificate.
+		leaves = append(leaves,
+			leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
+				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
+			leafSecret{SecretEtcdPeerClient, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false})
+	}
+	return leaves
 }

@@ -86,7 +86,7 @@ func (ps providerStatus) seedRef() *providersv1alpha1.SeedRef {
 // there is none.
 func readRecord(ctx context.Context, h *host, ns string) (ps providerStatus, found bool, err error) {
 	cm := &corev1.ConfigMap{}
-	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameRecord}, cm); apierrors.IsNotFound(err) {
+	if err := h.memo.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameRecord}, cm); apierrors.IsNotFound(err) {
 		return ps, false, nil
 	} else if err != nil {
 		return ps, false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameRecord, err)
@@ -105,11 +105,11 @@ func writeRecord(ctx context.Context, h *host, s *Spec, ps providerStatus) error
 		return err
 	}
 	cm := &corev1.ConfigMap{}
-	err = h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameRecord}, cm)
+	err = h.memo.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameRecord}, cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		cm = &corev1.ConfigMap{ObjectMeta: s.meta(NameRecord, ""), Data: map[string]string{recordKey: string(data)}}
-		if err := h.client.Create(ctx, cm); err != nil {
+		if err := h.memo.Create(ctx, cm); err != nil {
 			return fmt.Errorf("creating ConfigMap %s/%s: %w", s.Namespace, NameRecord, err)
 		}
 		return nil
@@ -119,7 +119,7 @@ func writeRecord(ctx context.Context, h *host, s *Spec, ps providerStatus) error
 		return nil
 	}
 	cm.Data = map[string]string{recordKey: string(data)}
-	if err := h.client.Update(ctx, cm); err != nil {
+	if err := h.memo.Update(ctx, cm); err != nil {
 		return fmt.Errorf("updating ConfigMap %s/%s: %w", s.Namespace, NameRecord, err)
 	}
 	return nil
@@ -178,7 +178,7 @@ func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed
 			return nil, ps, false, err
 		}
 		nsObj := &corev1.Namespace{}
-		if err := c.client.Get(ctx, client.ObjectKey{Name: ns}, nsObj); apierrors.IsNotFound(err) {
+		if err := c.getNamespace(ctx, ns, nsObj); apierrors.IsNotFound(err) {
 			continue
 		} else if err != nil {
 			return nil, ps, false, fmt.Errorf("looking for namespace %s: %w", ns, err)
@@ -206,4 +206,13 @@ func (b *Backend) locate(ctx context.Context, cl *clustersv1alpha1.Cluster, seed
 	}
 	h, err = b.hostFor(ctx, seed)
 	return h, providerStatus{}, false, err
+}
+
+// getNamespace reads namespace name from the host's cache, which holds the backend's own, or
+// from the API server when the cache does not hold it (someone else's, or just made).
+func (h *host) getNamespace(ctx context.Context, name string, ns *corev1.Namespace) error {
+	if err := h.cache.Get(ctx, client.ObjectKey{Name: name}, ns); err == nil {
+		return nil
+	}
+	return h.client.Get(ctx, client.ObjectKey{Name: name}, ns)
 }
