@@ -84,8 +84,9 @@ func startBackendWith(t *testing.T, change func(*Options)) *harness {
 			default:
 			}
 		},
-		Probe:   func(context.Context, *rest.Config) error { return nil },
-		Version: func(context.Context, *rest.Config) (string, error) { return h.version, nil },
+		SecretRecheck: -1, // a Secret a test edits is read at the next Ensure (TestSteadyStateIsFree trusts them)
+		Probe:         func(context.Context, *rest.Config) error { return nil },
+		Version:       func(context.Context, *rest.Config) (string, error) { return h.version, nil },
 		RewriteSecrets: func(context.Context, *rest.Config) (int, error) {
 			if err := h.rewriteErr.Load(); err != nil {
 				return 0, *err

@@ -81,7 +81,7 @@ func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, in
 		return nil, fmt.Errorf("a cache of host cluster %q: %w", name, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	memo := &memoClient{Client: c, meta: ca}
+	memo := &memoClient{Client: c, meta: ca, secretRecheck: b.opts.SecretRecheck}
 	h := &host{name: name, client: c, memo: memo, cache: ca, internal: internal, cancel: cancel}
 	for _, obj := range watched {
 		inf, err := ca.GetInformer(ctx, obj, cache.BlockUntilSynced(false))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -27,6 +28,9 @@ const Name = "hosted"
 
 // DefaultMaxRolling is Options.MaxRolling's default.
 const DefaultMaxRolling = 2
+
+// DefaultSecretRecheck is Options.SecretRecheck's default.
+const DefaultSecretRecheck = 10 * time.Minute
 
 // FieldOwner is the server-side apply field manager of what the backend applies.
 const FieldOwner = "cluster-provider-hosted"
@@ -73,6 +77,10 @@ type Options struct {
 	// Certificates is the lifetime of the control planes' leaf certificates. Default: a year,
 	// issued anew 30 days before their end (certs.LeafValidity, certs.RenewBefore).
 	Certificates certs.Lifetime
+	// SecretRecheck is how long a control plane's Secret (its CAs, certificates, keys), read or
+	// written, is trusted before it is read again: Secrets are not watched (reads.go). Default
+	// DefaultSecretRecheck; negative: read at every Ensure.
+	SecretRecheck time.Duration
 	// Clusters reads the platform's Clusters, to count those of a namespace and profile against
 	// spec.hosted.maxClusters (quota.go); the operator passes the manager's cached client.
 	// Default: a direct client of Platform.
@@ -134,6 +142,9 @@ func New(opts Options) (*Backend, error) {
 		opts.Logger = logr.Discard()
 	}
 	opts.Certificates = opts.Certificates.Or()
+	if opts.SecretRecheck == 0 {
+		opts.SecretRecheck = DefaultSecretRecheck
+	}
 	if opts.MaxRolling <= 0 {
 		opts.MaxRolling = DefaultMaxRolling
 	}

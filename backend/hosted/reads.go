@@ -3,6 +3,7 @@ package hosted
 import (
 	"context"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,15 +17,20 @@ import (
 // watches only their metadata, shows that resourceVersion still: an Ensure of an unchanged control
 // plane reads its record and configuration without a request. Anything else, and a ConfigMap the
 // cache does not hold (not labelled LabelManagedBy, or just made), is read from the API server.
-// Secrets are read from the API server each time: the operator may neither list nor watch Secrets
-// (deploy/hosted/hosted_role.yaml; deploy/scope_test.go TestHostedReads), so nothing would tell
-// it that one changed.
+// Secrets cannot be watched: the operator may neither list nor watch Secrets
+// (deploy/hosted/hosted_role.yaml; deploy/scope_test.go TestHostedReads), so nothing tells it that
+// one changed. A Secret it read or wrote is answered from memory for secretRecheck after that, then
+// read again: a Secret deleted or edited by someone else is seen at the first Ensure after that
+// (it was seen only at the next Ensure before, which nothing in particular triggers either).
 type memoClient struct {
 	client.Client
 	meta cache.Cache
+	// secretRecheck is how long a Secret read or written is trusted; 0: read each time.
+	secretRecheck time.Duration
 
 	mu   sync.Mutex
 	objs map[string]client.Object
+	at   map[string]time.Time // when each was read or written
 }
 
 // memoKind is the kind of obj when memoClient keeps it, else "".
@@ -32,6 +38,8 @@ func memoKind(obj client.Object) string {
 	switch obj.(type) {
 	case *corev1.ConfigMap:
 		return "ConfigMap"
+	case *corev1.Secret:
+		return "Secret"
 	}
 	return ""
 }
@@ -47,6 +55,13 @@ func (m *memoClient) Get(ctx context.Context, key client.ObjectKey, obj client.O
 		return m.Client.Get(ctx, key, obj, opts...)
 	}
 	k := memoKey(kind, key)
+	if kind == "Secret" {
+		if last := m.fresh(k); last != nil {
+			copyInto(obj, last)
+			return nil
+		}
+		return m.read(ctx, k, key, obj)
+	}
 	meta := &metav1.PartialObjectMetadata{}
 	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(kind))
 	if m.meta.Get(ctx, key, meta) == nil {
@@ -58,7 +73,22 @@ func (m *memoClient) Get(ctx context.Context, key client.ObjectKey, obj client.O
 			return nil
 		}
 	}
-	err := m.Client.Get(ctx, key, obj, opts...)
+	return m.read(ctx, k, key, obj)
+}
+
+// fresh is the Secret kept under k when it was read or written less than secretRecheck ago.
+func (m *memoClient) fresh(k string) client.Object {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if last := m.objs[k]; last != nil && time.Since(m.at[k]) < m.secretRecheck {
+		return last
+	}
+	return nil
+}
+
+// read reads obj from the API server and keeps it (or forgets it when it is gone).
+func (m *memoClient) read(ctx context.Context, k string, key client.ObjectKey, obj client.Object) error {
+	err := m.Client.Get(ctx, key, obj)
 	switch {
 	case apierrors.IsNotFound(err):
 		m.drop(k)
@@ -73,6 +103,8 @@ func copyInto(obj, from client.Object) {
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
 		from.(*corev1.ConfigMap).DeepCopyInto(o)
+	case *corev1.Secret:
+		from.(*corev1.Secret).DeepCopyInto(o)
 	}
 }
 
@@ -123,15 +155,17 @@ func (m *memoClient) keep(k string, obj client.Object) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.objs == nil {
-		m.objs = map[string]client.Object{}
+		m.objs, m.at = map[string]client.Object{}, map[string]time.Time{}
 	}
 	m.objs[k] = obj.DeepCopyObject().(client.Object)
+	m.at[k] = time.Now()
 }
 
 func (m *memoClient) drop(k string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.objs, k)
+	delete(m.at, k)
 }
 
 // forget drops what is kept of namespace ns (deleted).
@@ -141,6 +175,7 @@ func (m *memoClient) forget(ns string) {
 	for k, o := range m.objs {
 		if o.GetNamespace() == ns {
 			delete(m.objs, k)
+			delete(m.at, k)
 		}
 	}
 }
