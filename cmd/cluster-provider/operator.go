@@ -296,9 +296,10 @@ func newHostedBackend(mgr ctrl.Manager, o *runOptions, notify backend.Notify, lo
 			}
 			return seedConfig(ctx, reader, seedNamespace, seed)
 		},
-		Notify:       notify,
-		MaxRolling:   o.HostedMaxRolling,
-		Certificates: o.Certificates,
+		Notify:        notify,
+		MaxRolling:    o.HostedMaxRolling,
+		SecretRecheck: o.HostedSecretRecheck,
+		Certificates:  o.Certificates,
 		// The shared cache: the Cluster reconcilers keep it filled with every Cluster.
 		Clusters: mgr.GetClient(),
 		Logger:   log.WithName("hosted"),

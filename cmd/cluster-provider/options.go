@@ -96,6 +96,9 @@ type runOptions struct {
 	// HostedMaxRolling is --hosted-max-rolling: how many existing control planes roll at once.
 	// Default hosted.DefaultMaxRolling.
 	HostedMaxRolling int
+	// HostedSecretRecheck is --hosted-secret-recheck: how long a control plane's Secret read or
+	// written is trusted before it is read again. Default hosted.DefaultSecretRecheck.
+	HostedSecretRecheck time.Duration
 	// AccessNamespace is --access-namespace: the namespace, in every cluster, of the
 	// ServiceAccounts of token AccessRequests. Default openmcp-access.
 	AccessNamespace string
@@ -208,6 +211,8 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"Run the control planes of hosted ProviderConfigs as workloads (etcd StatefulSet, API server Deployment) in a namespace per Cluster of the platform cluster or of the ProviderConfig's seed; needs no state dir.")
 	fs.IntVar(&o.HostedMaxRolling, "hosted-max-rolling", hosted.DefaultMaxRolling,
 		"How many existing hosted control planes may roll at once (a new image or template, changed resources, renewed certificates, drift put back); the others wait their turn. Creations do not count.")
+	fs.DurationVar(&o.HostedSecretRecheck, "hosted-secret-recheck", hosted.DefaultSecretRecheck,
+		"How long the hosted backend trusts a control plane's Secret (CAs, certificates, keys) it read or wrote before it reads it again: Secrets are not watched, so a Secret deleted or edited by hand is made anew at the first reconcile after this. Negative: read at every reconcile.")
 	fs.StringVar(&o.HostedNamespace, "hosted-seed-namespace", "",
 		"Namespace of the seeds' kubeconfig Secrets (spec.hosted.seed.secretName); default: the operator pod's namespace.")
 	fs.StringVar(&o.AccessNamespace, "access-namespace", accessrequest.DefaultNamespace,

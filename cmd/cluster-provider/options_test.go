@@ -45,14 +45,16 @@ func TestParseRunOptions(t *testing.T) {
 				assert.Equal(t, 365*24*time.Hour, o.Certificates.Validity, "a year")
 				assert.Equal(t, 30*24*time.Hour, o.Certificates.RenewBefore)
 				assert.Equal(t, 2, o.HostedMaxRolling)
+				assert.Equal(t, 10*time.Minute, o.HostedSecretRecheck)
 			},
 		},
 		"certificates and rolling": {
-			args: []string{"--provider-name=x", "--certificate-validity=10m", "--certificate-renew-before=9m", "--hosted-max-rolling=5"},
+			args: []string{"--provider-name=x", "--certificate-validity=10m", "--certificate-renew-before=9m", "--hosted-max-rolling=5", "--hosted-secret-recheck=1m"},
 			want: func(t *testing.T, o *runOptions) {
 				assert.Equal(t, 10*time.Minute, o.Certificates.Validity)
 				assert.Equal(t, 9*time.Minute, o.Certificates.RenewBefore)
 				assert.Equal(t, 5, o.HostedMaxRolling)
+				assert.Equal(t, time.Minute, o.HostedSecretRecheck)
 			},
 		},
 		"short lease": {
