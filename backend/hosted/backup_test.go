@@ -2,7 +2,6 @@ package hosted
 
 import (
 	"crypto/x509"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -16,8 +15,20 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 )
+
+// snapshotCase is what the steps of TestSnapshotJobs share: the backend, the Cluster, its control
+// plane's namespace and backup names, the certificate of its first Job, and its two snapshots.
+type snapshotCase struct {
+	h             *harness
+	cl            *clustersv1alpha1.Cluster
+	ns            string
+	names         backupNames
+	firstCert     *x509.Certificate
+	first, second backend.Snapshot
+}
 
 // TestSnapshotJobs: a snapshot of a hosted control plane is a Job in BackupNamespace (envtest
 // runs none: the test ends it as the Job controller and the kubelet would, with the tool's
@@ -29,21 +40,43 @@ import (
 // Secret it owns) that goes with it; the long-lived one of an earlier version goes at the first.
 func TestSnapshotJobs(t *testing.T) {
 	h := startBackend(t)
-	ctx := t.Context()
-	empty := newCluster("snap-emptydir")
-	h.ensure(t, empty)
-	_, err := h.b.Snapshot(ctx, empty, 3)
-	require.Error(t, err)
-	assert.True(t, backend.IsReason(err, backend.ReasonBackupUnavailable), "%v", err)
-	assert.Contains(t, err.Error(), "emptyDir")
-
+	emptyDirHasNone(t, h)
 	h.pc.Spec.Hosted.StorageClassName = "standard"
 	cl := newCluster("snap")
 	h.ensure(t, cl)
 	ns := NamespaceFor(cl.UID)
-	names := namesFor(ns)
+	c := &snapshotCase{h: h, cl: cl, ns: ns, names: namesFor(ns)}
+	c.firstJob(t)
+	c.firstListed(t)
+	c.second = c.taken("20261126T020000Z")
+	t.Run("the next removes the first (keep), with a certificate of its own", c.nextRemovesFirst)
+	t.Run("a failed one says why", c.failedSaysWhy)
+	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was).
+	t.Run("Delete removes its Jobs' credentials (and an earlier version's); the snapshots of every Cluster stay", c.deleteRemovesCredentials)
+}
+
+// emptyDirHasNone: a control plane on an emptyDir has no snapshots.
+func emptyDirHasNone(t *testing.T, h *harness) {
+	empty := newCluster("snap-emptydir")
+	h.ensure(t, empty)
+	_, err := h.b.Snapshot(t.Context(), empty, 3)
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonBackupUnavailable), "%v", err)
+	assert.Contains(t, err.Error(), "emptyDir")
+}
+
+// taken is a snapshot of the Cluster called name, taken now, as its Job reports it.
+func (c *snapshotCase) taken(name string) backend.Snapshot {
+	return backend.Snapshot{Name: name, Cluster: c.cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
+}
+
+// firstJob: a snapshot starts a Job with the control plane's image, on a claim of the storage
+// class, with a certificate of its own (the long-lived one of an earlier version goes), let in by
+// etcd's NetworkPolicy; while it runs, Snapshot says SnapshotInProgress.
+func (c *snapshotCase) firstJob(t *testing.T) {
+	h, ctx, cl, ns, names := c.h, t.Context(), c.cl, c.ns, c.names
 	sharedCredential(t, h, ns)
-	_, err = h.b.Snapshot(ctx, cl, 3)
+	_, err := h.b.Snapshot(ctx, cl, 3)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
 	assert.Equal(t, int64(snapshotDeadline.Seconds()), *job.Spec.ActiveDeadlineSeconds)
@@ -57,9 +90,9 @@ func TestSnapshotJobs(t *testing.T) {
 	claim := get(t, &corev1.PersistentVolumeClaim{}, BackupNamespace, names.claim)
 	assert.Equal(t, "standard", *claim.Spec.StorageClassName)
 	assert.Equal(t, "4Gi", ptrTo(claim.Spec.Resources.Requests[corev1.ResourceStorage]).String())
-	firstCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
-	assert.Equal(t, snapshotUser, firstCert.Subject.CommonName)
-	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, firstCert.ExtKeyUsage)
+	c.firstCert = jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
+	assert.Equal(t, snapshotUser, c.firstCert.Subject.CommonName)
+	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, c.firstCert.ExtKeyUsage)
 	assertNoSecret(t, names.shared, "the long-lived certificate of an earlier version is replaced by the Job's own")
 	np := get(t, &networkingv1.NetworkPolicy{}, ns, NameEtcd)
 	found := false
@@ -72,29 +105,22 @@ func TestSnapshotJobs(t *testing.T) {
 	assert.True(t, found, "the etcd NetworkPolicy lets in this Cluster's snapshot Jobs: %+v", np.Spec.Ingress)
 	_, err = h.b.Snapshot(ctx, cl, 3)
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "still running: %v", err)
+}
 
-	end := func(cond batchv1.JobConditionType, result string) {
-		t.Helper()
-		h.endJob(t, names.job, cond, result)
-	}
-	taken := func(name string) backend.Snapshot {
-		return backend.Snapshot{Name: name, Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
-	}
-	result := func(s backend.Snapshot, removed ...string) string {
-		data, err := json.Marshal(snapshotResult{Snapshot: &s, Removed: removed})
-		require.NoError(t, err)
-		return string(data)
-	}
-	first := taken("20261126T010000Z")
+// firstListed: once the Job ended (which notifies the Cluster), the snapshot is listed, in its
+// ConfigMap too, and the Job goes with its certificate.
+func (c *snapshotCase) firstListed(t *testing.T) {
+	h, ctx, cl, names := c.h, t.Context(), c.cl, c.names
+	c.first = c.taken("20261126T010000Z")
 	for len(h.notified) > 0 {
 		<-h.notified
 	}
-	end(batchv1.JobComplete, result(first))
+	h.endJob(t, names.job, batchv1.JobComplete, snapshotResultOf(t, c.first))
 	awaitNotified(t, h, cl) // its end reconciles the Cluster: no one polls while it runs
 	got, err := h.b.Snapshot(ctx, cl, 3)
 	require.NoError(t, err)
-	first.Namespace = cl.Namespace // the Job does not know it; the backend records it
-	assert.Equal(t, first, got)
+	c.first.Namespace = cl.Namespace // the Job does not know it; the backend records it
+	assert.Equal(t, c.first, got)
 	require.Eventually(t, func() bool {
 		j := &batchv1.Job{}
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: names.job}, j)
@@ -103,58 +129,63 @@ func TestSnapshotJobs(t *testing.T) {
 	assertNoSecret(t, names.job, "its certificate goes with it")
 	list, err := h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
-	assert.Equal(t, []backend.Snapshot{first}, list)
+	assert.Equal(t, []backend.Snapshot{c.first}, list)
 	cm := get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
-	assert.Contains(t, cm.Data[catalogKey], first.Name, "kubectl get configmap lists it")
+	assert.Contains(t, cm.Data[catalogKey], c.first.Name, "kubectl get configmap lists it")
+}
 
-	second := taken("20261126T020000Z")
-	t.Run("the next removes the first (keep), with a certificate of its own", func(t *testing.T) {
-		forceGone(t, names.job)
-		_, err := h.b.Snapshot(ctx, cl, 1)
-		require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
-		job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
-		secondCert := jobCert(t, job, "pki", ns, x509.ExtKeyUsageClientAuth)
-		assert.NotEqual(t, 0, firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
-		assert.NotEqual(t, firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
-		h.endJob(t, names.job, batchv1.JobComplete, result(second, first.Name))
-		second.Namespace = cl.Namespace
-		_, err = h.b.Snapshot(ctx, cl, 1)
-		require.NoError(t, err)
-		list, err := h.b.Snapshots(ctx, cl)
-		require.NoError(t, err)
-		assert.Equal(t, []backend.Snapshot{second}, list)
-	})
+// nextRemovesFirst: the next snapshot removes the first (keep), with a certificate of its own.
+func (c *snapshotCase) nextRemovesFirst(t *testing.T) {
+	h, ctx, cl, names := c.h, t.Context(), c.cl, c.names
+	forceGone(t, names.job)
+	_, err := h.b.Snapshot(ctx, cl, 1)
+	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
+	secondCert := jobCert(t, job, "pki", c.ns, x509.ExtKeyUsageClientAuth)
+	assert.NotEqual(t, 0, c.firstCert.SerialNumber.Cmp(secondCert.SerialNumber), "a certificate of its own for the next Job")
+	assert.NotEqual(t, c.firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
+	h.endJob(t, names.job, batchv1.JobComplete, snapshotResultOf(t, c.second, c.first.Name))
+	c.second.Namespace = cl.Namespace
+	_, err = h.b.Snapshot(ctx, cl, 1)
+	require.NoError(t, err)
+	list, err := h.b.Snapshots(ctx, cl)
+	require.NoError(t, err)
+	assert.Equal(t, []backend.Snapshot{c.second}, list)
+}
 
-	t.Run("a failed one says why", func(t *testing.T) {
-		forceGone(t, names.job)
-		_, err := h.b.Snapshot(ctx, cl, 1)
-		require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
-		h.endJob(t, names.job, batchv1.JobFailed, `{"error":"etcdctl snapshot save: exit status 1: context deadline exceeded"}`)
-		_, err = h.b.Snapshot(ctx, cl, 1)
-		require.Error(t, err)
-		assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
-		assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")
-		list, err := h.b.Snapshots(ctx, cl)
-		require.NoError(t, err)
-		assert.Equal(t, []backend.Snapshot{second}, list, "a failure changes no list")
-	})
+// failedSaysWhy: a failed Job is an error in the tool's own words, and changes no list.
+func (c *snapshotCase) failedSaysWhy(t *testing.T) {
+	h, ctx, cl, names := c.h, t.Context(), c.cl, c.names
+	forceGone(t, names.job)
+	_, err := h.b.Snapshot(ctx, cl, 1)
+	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	h.endJob(t, names.job, batchv1.JobFailed, `{"error":"etcdctl snapshot save: exit status 1: context deadline exceeded"}`)
+	_, err = h.b.Snapshot(ctx, cl, 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
+	assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")
+	list, err := h.b.Snapshots(ctx, cl)
+	require.NoError(t, err)
+	assert.Equal(t, []backend.Snapshot{c.second}, list, "a failure changes no list")
+}
 
-	// A Cluster whose namespace is gone (envtest deletes none: one whose namespace never was).
-	t.Run("Delete removes its Jobs' credentials (and an earlier version's); the snapshots of every Cluster stay", func(t *testing.T) {
-		ghost := newCluster("ghost")
-		ghostNames := namesFor(NamespaceFor(ghost.UID))
-		creds := []string{ghostNames.shared, ghostNames.job, ghostNames.maintain, serveName(NamespaceFor(ghost.UID))}
-		for _, name := range creds {
-			require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}}))
-		}
-		gone, err := h.b.Delete(ctx, ghost)
-		require.NoError(t, err)
-		assert.True(t, gone)
-		for _, name := range creds {
-			assertNoSecret(t, name, "the credential goes with its Cluster")
-		}
-		get(t, &corev1.ConfigMap{}, BackupNamespace, names.catalog)
-	})
+// deleteRemovesCredentials: Delete of a Cluster whose namespace is gone removes its Jobs'
+// credentials (and an earlier version's); the snapshots of every Cluster stay.
+func (c *snapshotCase) deleteRemovesCredentials(t *testing.T) {
+	ctx := t.Context()
+	ghost := newCluster("ghost")
+	ghostNames := namesFor(NamespaceFor(ghost.UID))
+	creds := []string{ghostNames.shared, ghostNames.job, ghostNames.maintain, serveName(NamespaceFor(ghost.UID))}
+	for _, name := range creds {
+		require.NoError(t, env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: name}}))
+	}
+	gone, err := c.h.b.Delete(ctx, ghost)
+	require.NoError(t, err)
+	assert.True(t, gone)
+	for _, name := range creds {
+		assertNoSecret(t, name, "the credential goes with its Cluster")
+	}
+	get(t, &corev1.ConfigMap{}, BackupNamespace, c.names.catalog)
 }
 
 // selects reports whether sel selects labels.
