@@ -2,6 +2,7 @@ package hosted
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -186,6 +187,14 @@ func (c *snapshotCase) deleteRemovesCredentials(t *testing.T) {
 		assertNoSecret(t, name, "the credential goes with its Cluster")
 	}
 	get(t, &corev1.ConfigMap{}, BackupNamespace, c.names.catalog)
+}
+
+// snapshotResultOf is what a snapshot Job that took snap and removed removed writes as its result.
+func snapshotResultOf(t *testing.T, snap backend.Snapshot, removed ...string) string {
+	t.Helper()
+	data, err := json.Marshal(snapshotResult{Snapshot: &snap, Removed: removed})
+	require.NoError(t, err)
+	return string(data)
 }
 
 // selects reports whether sel selects labels.

@@ -178,8 +178,7 @@ func (c *encryptionCase) migratedInTwoRolls(t *testing.T) {
 	assert.True(t, done.Done())
 }
 
-// rotation: a rotation is staged, then writes, then every Secret is rewritten with the new key;
-// once per request.
+// rotation: a new key is staged, then writes, then every Secret is rewritten with it; once per request.
 func (c *encryptionCase) rotation(t *testing.T) {
 	h, cl, ns := c.h, c.cl, c.ns
 	cl.Annotations = map[string]string{backend.AnnotationRotateEncryptionKey: "2026-11-26"}
@@ -227,8 +226,7 @@ func (c *encryptionCase) snapshotKeepsKeys(t *testing.T) {
 	assertNoKeyIn(t, get(t, &corev1.Secret{}, BackupNamespace, namesFor(ns).keys).Data, now.Keys)
 }
 
-// damagedKeysLeft: keys that do not read, or are gone while the API servers encrypt with them,
-// stop the backend and are left as they are.
+// damagedKeysLeft: keys that do not read, or are gone while in use, stop the backend, left as they are.
 func (c *encryptionCase) damagedKeysLeft(t *testing.T) {
 	h, cl, ns := c.h, c.cl, c.ns
 	sec := get(t, &corev1.Secret{}, ns, SecretEncryption)
@@ -266,19 +264,17 @@ func assertNoKeyIn(t *testing.T, data map[string][]byte, keys []encryption.Key) 
 }
 
 // keptCase is what the steps of TestKeysKeptWrapped share: the backend, the operator's own
-// namespace, the Cluster, its control plane's namespace and backup names, its host and Spec,
-// three keys, its first snapshot and a Cluster made from it.
+// namespace and the control plane's, the Cluster and one made from its first snapshot, its
+// backup names, host and Spec, three keys, and that first snapshot.
 type keptCase struct {
-	h      *harness
-	own    string
-	cl     *clustersv1alpha1.Cluster
-	ns     string
-	names  backupNames
-	hst    *host
-	s      *Spec
-	k      [3]encryption.Key
-	first  backend.Snapshot
-	copyOf *clustersv1alpha1.Cluster
+	h          *harness
+	own, ns    string
+	cl, copyOf *clustersv1alpha1.Cluster
+	names      backupNames
+	hst        *host
+	s          *Spec
+	k          [3]encryption.Key
+	first      backend.Snapshot
 }
 
 // TestKeysKeptWrapped: the keys kept beside a control plane's snapshots are stored wrapped only,
@@ -344,23 +340,11 @@ func (c *keptCase) taken(name string) backend.Snapshot {
 	return backend.Snapshot{Name: name, Cluster: c.cl.UID, Namespace: c.cl.Namespace, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Revision: 7, Keys: 3, Version: "1.37.1", SHA256: "ab"}
 }
 
-// snapshotResultOf is what a snapshot Job that took snap and removed removed writes as its result.
-func snapshotResultOf(t *testing.T, snap backend.Snapshot, removed ...string) string {
-	t.Helper()
-	data, err := json.Marshal(snapshotResult{Snapshot: &snap, Removed: removed})
-	require.NoError(t, err)
-	return string(data)
-}
-
-// leftByEarlierRelease sets the keys k1 (writing, every Secret rewritten) and k0, and leaves
-// what an earlier release left: a snapshot listed without a record of the keys it needs, and the
-// keys beside it in plain text. It returns that snapshot.
+// leftByEarlierRelease sets the keys k1 (writing) and k0 as an earlier release left them: a snapshot
+// (returned) listed without a record of the keys it needs, and the keys beside it in plain text.
 func (c *keptCase) leftByEarlierRelease(t *testing.T) backend.Snapshot {
 	k := c.k
 	c.setKeys(t, encryption.State{Keys: []encryption.Key{k[1], k[0]}, Migrated: k[1].Name}) // k1 writes, every Secret rewritten
-
-	// As an earlier release left them: a snapshot listed without a record of the keys it needs,
-	// and the keys beside it in plain text.
 	earlier := c.taken("20261120T000000Z")
 	require.NoError(t, updateCatalog(t.Context(), c.hst, c.s, earlier, nil))
 	plain, err := json.Marshal(encryption.State{Keys: []encryption.Key{k[1], k[0]}})
@@ -369,8 +353,7 @@ func (c *keptCase) leftByEarlierRelease(t *testing.T) backend.Snapshot {
 	return earlier
 }
 
-// snapshotStartKeepsWrapped: a snapshot's start keeps the keys wrapped; the wrapping key is in
-// the operator's namespace.
+// snapshotStartKeepsWrapped: a snapshot's start keeps the keys wrapped, with a key of the operator's namespace.
 func (c *keptCase) snapshotStartKeepsWrapped(t *testing.T) {
 	ctx, k := t.Context(), c.k
 	_, err := c.h.b.Snapshot(ctx, c.cl, 3)
@@ -457,8 +440,7 @@ func (c *keptCase) garbledWrappingKeyRefused(t *testing.T) {
 	assert.ElementsMatch(t, []string{c.k[1].Name, c.k[2].Name}, c.keptNames(t), "read again with the key put back")
 }
 
-// noNewWrappingKey: no wrapping key is made anew while copies need the old one, and nothing is
-// wrapped with another.
+// noNewWrappingKey: no wrapping key is made anew while copies need the old one, nothing wrapped with another.
 func (c *keptCase) noNewWrappingKey(t *testing.T) {
 	h, ctx, own, copyOf := c.h, t.Context(), c.own, c.copyOf
 	assert.NotEmpty(t, get(t, &corev1.Namespace{}, "", BackupNamespace).Annotations[AnnotationKeyWrapping], "the copies' key is recorded")
