@@ -50,11 +50,7 @@ func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	if cfg != nil {
 		return rest.CopyConfig(cfg), nil
 	}
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, ps, found, err := b.locate(ctx, cl, seed)
+	h, ps, found, err := b.locate(ctx, cl, seedOf(pc))
 	switch {
 	case err != nil:
 		return nil, err
@@ -96,11 +92,7 @@ func (b *Backend) setJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if err != nil {
 		return false, err
 	}
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, _, found, err := b.locate(ctx, cl, seed)
+	h, _, found, err := b.locate(ctx, cl, seedOf(pc))
 	if err != nil || h == nil {
 		return false, err
 	}

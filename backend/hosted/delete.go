@@ -31,11 +31,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 
 // delete is Delete with cl's ProviderConfig pc.
 func (b *Backend) delete(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (bool, error) {
-	var seed *providersv1alpha1.SeedRef
-	if pc.Spec.Hosted != nil {
-		seed = pc.Spec.Hosted.Seed
-	}
-	h, _, found, err := b.locate(ctx, cl, seed)
+	h, _, found, err := b.locate(ctx, cl, seedOf(pc))
 	if err != nil || h == nil {
 		return false, err
 	}
@@ -101,4 +97,12 @@ func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	delete(b.waiting, cl.UID)
 	b.mu.Unlock()
 	backend.ForgetCertificates(backend.RefOf(cl))
+}
+
+// seedOf is the seed pc's control planes run on; nil: the platform.
+func seedOf(pc *providersv1alpha1.ProviderConfig) *providersv1alpha1.SeedRef {
+	if pc.Spec.Hosted == nil {
+		return nil
+	}
+	return pc.Spec.Hosted.Seed
 }
