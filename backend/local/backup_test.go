@@ -88,7 +88,6 @@ func TestBackupRestoreDrill(t *testing.T) {
 
 // startDrill starts a backend and a cluster, writes data into it and issues a user a token.
 func startDrill(t *testing.T) *drill {
-	t.Helper()
 	d := &drill{stateDir: t.TempDir()}
 	d.h = startBackend(t, d.stateDir, 2)
 	d.cl = newCluster("drill")
@@ -110,7 +109,6 @@ func startDrill(t *testing.T) *drill {
 // snapshotTaken takes a snapshot and checks it: its record, its files 0600 outside the cluster's
 // folder, and the list of snapshots.
 func (d *drill) snapshotTaken(t *testing.T) {
-	t.Helper()
 	h, cl := d.h, d.cl
 	var err error
 	d.snap, err = h.b.Snapshot(t.Context(), cl, 5)
@@ -141,7 +139,6 @@ func (d *drill) snapshotTaken(t *testing.T) {
 // dataLostWhileDown writes more data, then loses etcd's data folder while the operator is down:
 // the cluster comes back empty.
 func (d *drill) dataLostWhileDown(t *testing.T) {
-	t.Helper()
 	cl := d.cl
 	_, err := d.cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -221,7 +218,6 @@ func (d *drill) badRestoresRefused(t *testing.T) {
 // restored restores the snapshot: the cluster comes back on the snapshot's data, on the same
 // endpoint and CA, and the token issued before the snapshot works again.
 func (d *drill) restored(t *testing.T) {
-	t.Helper()
 	h, cl, cs, made := d.h, d.cl, d.cs, d.made
 	require.NoError(t, h.b.Restore(t.Context(), cl, d.snap.Name))
 	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})

@@ -103,7 +103,6 @@ func TestEncryptionAtRest(t *testing.T) {
 
 // startSealed starts a backend and a cluster, and writes a Secret holding sealedMarker into it.
 func startSealed(t *testing.T) *sealed {
-	t.Helper()
 	stateDir := t.TempDir()
 	e := &sealed{opts: Options{StateDir: stateDir, MaxClusters: 2, Logger: testenv.Logger(t), HealthInterval: time.Second}}
 	e.h = startBackendOptions(t, e.opts)
@@ -121,7 +120,6 @@ func startSealed(t *testing.T) *sealed {
 // encryptedWithItsKey checks that the Secret is in etcd encrypted with the cluster's own key, and
 // that the key files are the operator's only.
 func (e *sealed) encryptedWithItsKey(t *testing.T) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	s := h.await(cl, "every Secret written with the key", func(s backend.State) bool { return encStatus(s).Rewritten })
 	e.first = encStatus(s).Key
@@ -141,7 +139,6 @@ func (e *sealed) encryptedWithItsKey(t *testing.T) {
 // legacySecretRead writes a Secret in plain text, as a cluster made before encryption holds it,
 // and checks that it is read through identity.
 func (e *sealed) legacySecretRead(t *testing.T) {
-	t.Helper()
 	legacy, err := json.Marshal(&corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{Name: "legacy", Namespace: "default", UID: types.UID("0b7e2c4a-legacy"), CreationTimestamp: metav1.Now()},
 		Data:       map[string][]byte{"token": []byte("legacy-" + sealedMarker)}})
@@ -156,7 +153,6 @@ func (e *sealed) legacySecretRead(t *testing.T) {
 // text, with a key (x) that a snapshot of that release (no record of the keys it needs) may need.
 // It returns what it kept, and x.
 func (e *sealed) keysKeptAsEarlierRelease(t *testing.T) (encryption.State, encryption.Key) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	running, _, err := encryption.Load(e.dir)
 	require.NoError(t, err)
@@ -176,7 +172,6 @@ func (e *sealed) keysKeptAsEarlierRelease(t *testing.T) (encryption.State, encry
 // snapshotBeforeRotation takes a snapshot, before the rotation: a Cluster made from it later reads
 // its Secrets. The plain copy is read and written wrapped; the earlier release's snapshot keeps x.
 func (e *sealed) snapshotBeforeRotation(t *testing.T, plain encryption.State, x encryption.Key) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	var err error
 	e.snap, err = h.b.Snapshot(t.Context(), cl, 3)
@@ -193,7 +188,6 @@ func (e *sealed) snapshotBeforeRotation(t *testing.T, plain encryption.State, x 
 // rotated asks for a rotation: a new key writes, every Secret is rewritten with it (the plain one
 // too).
 func (e *sealed) rotated(t *testing.T) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	first := e.first
 	pids := h.b.PIDs(cl.UID)
@@ -220,7 +214,6 @@ func (e *sealed) rotated(t *testing.T) {
 // copyReadsSnapshot makes a new Cluster from the snapshot taken before the rotation: it reads the
 // snapshot's Secrets.
 func (e *sealed) copyReadsSnapshot(t *testing.T) {
-	t.Helper()
 	h := e.h
 	e.cp = newCluster("sealed-copy")
 	e.cp.Annotations = map[string]string{backend.AnnotationRestoreFrom: e.snap.Ref()}
@@ -239,7 +232,6 @@ func (e *sealed) copyReadsSnapshot(t *testing.T) {
 // the cluster uses: the earlier release's snapshot goes (keep 2), and x with it; the first key,
 // which the cluster no longer writes with, stays for the snapshot taken with it.
 func (e *sealed) keptWhatSnapshotsNeed(t *testing.T) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	var err error
 	e.snap2, err = h.b.Snapshot(t.Context(), cl, 2)
@@ -295,7 +287,6 @@ func (e *sealed) badWrappingKeyRefused(t *testing.T) {
 // keysGoWithLastSnapshot deletes both Clusters: their snapshots keep what they need; once the
 // last is gone (by hand), the copy goes too, at the next start.
 func (e *sealed) keysGoWithLastSnapshot(t *testing.T) {
-	t.Helper()
 	h, cl := e.h, e.cl
 	for _, c := range []*clustersv1alpha1.Cluster{e.cp, cl} {
 		gone, err := h.b.Delete(t.Context(), c)

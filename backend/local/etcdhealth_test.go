@@ -70,7 +70,6 @@ func TestEtcdNoSpace(t *testing.T) {
 // fillEtcd creates ConfigMaps with create until etcd stays full; it returns how many it wrote and
 // how many writes etcd refused.
 func fillEtcd(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, create func(int) error) (written, refusals int) {
-	t.Helper()
 	// Filled until etcd refuses; while what the quota holds is history, the backend frees it
 	// (compaction, defragmentation, alarm disarmed) and the write works again; once it is live
 	// data, the alarm stays and the state says so.

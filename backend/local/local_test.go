@@ -279,7 +279,6 @@ func TestClusterLifecycle(t *testing.T) {
 // find, was moved aside with everything in it, never deleted, and counted (the metric was
 // quarantined before).
 func checkQuarantined(t *testing.T, stateDir, stale, staleUID string, quarantined float64) {
-	t.Helper()
 	assert.NoDirExists(t, stale, "the folder of a Cluster that is not found is moved away")
 	moved, err := filepath.Glob(filepath.Join(stateDir, QuarantineDir, staleUID+"-*"))
 	require.NoError(t, err)
@@ -293,7 +292,6 @@ func checkQuarantined(t *testing.T, stateDir, stale, staleUID string, quarantine
 // checkFolder checks the cluster's folder dir: its keys are 0600 and its record names the
 // namespace and the port of endpoint. It returns the record.
 func checkFolder(t *testing.T, dir, endpoint string) meta {
-	t.Helper()
 	for _, f := range []string{caKeyFile, servingKeyFile, adminKeyFile, saKeyFile} {
 		fi, err := os.Stat(filepath.Join(dir, pkiDir, f))
 		require.NoError(t, err)

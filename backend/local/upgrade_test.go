@@ -211,7 +211,6 @@ func TestUpgradePreviousMinor(t *testing.T) {
 
 // assertRunsBinaries checks that the processes of cl run the binaries of the folder bins.
 func assertRunsBinaries(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, bins Binaries) {
-	t.Helper()
 	for name, bin := range map[string]string{procEtcd: bins.Etcd(), procAPIServer: bins.APIServer(), procControllerManager: bins.ControllerManager()} {
 		pid := h.b.PIDs(cl.UID)[name]
 		require.NotZero(t, pid, name)
