@@ -90,20 +90,27 @@ func appendFile(t *testing.T, path, s string) {
 	require.NoError(t, f.Close())
 }
 
-func TestFollow(t *testing.T) {
-	type step struct {
-		do   func(t *testing.T, path string)
-		want string // all that was written to out after it
-	}
-	appendLines := func(s string) func(*testing.T, string) {
-		return func(t *testing.T, path string) { appendFile(t, path, s) }
-	}
-	tests := []struct {
-		name   string
-		before *string // the file's content before Follow starts; nil: no file
-		want   string  // what is written of it
-		steps  []step
-	}{{
+// followStep is a step of a TestFollow case: a change to the followed file.
+type followStep struct {
+	do   func(t *testing.T, path string)
+	want string // all that was written to out after it
+}
+
+// followCase is a case of TestFollow.
+type followCase struct {
+	name   string
+	before *string // the file's content before Follow starts; nil: no file
+	want   string  // what is written of it
+	steps  []followStep
+}
+
+func appendLines(s string) func(*testing.T, string) {
+	return func(t *testing.T, path string) { appendFile(t, path, s) }
+}
+
+// followWriteCases are the cases of TestFollow where the file is only written to.
+func followWriteCases() []followCase {
+	return []followCase{{
 		name:   "lines written before it starts",
 		before: ptr("one\ntwo\nthree\n"),
 		want:   "one\ntwo\nthree\n",
@@ -111,12 +118,12 @@ func TestFollow(t *testing.T) {
 		name:   "an empty file",
 		before: ptr(""),
 		want:   "",
-		steps:  []step{{appendLines("one\n"), "one\n"}},
+		steps:  []followStep{{appendLines("one\n"), "one\n"}},
 	}, {
 		name:   "appended lines",
 		before: ptr("one\n"),
 		want:   "one\n",
-		steps: []step{
+		steps: []followStep{
 			{appendLines("two\nthree\n"), "one\ntwo\nthree\n"},
 			{appendLines("four\n"), "one\ntwo\nthree\nfour\n"},
 		},
@@ -124,16 +131,21 @@ func TestFollow(t *testing.T) {
 		name:   "a partial line held until its newline",
 		before: ptr("one\ntw"),
 		want:   "one\n",
-		steps: []step{
+		steps: []followStep{
 			{appendLines("o and a"), "one\n"},
 			{appendLines(" half\nthr"), "one\ntwo and a half\n"},
 			{appendLines("ee\n"), "one\ntwo and a half\nthree\n"},
 		},
-	}, {
+	}}
+}
+
+// followReplaceCases are the cases of TestFollow where the file is rotated, truncated or created.
+func followReplaceCases() []followCase {
+	return []followCase{{
 		name:   "a rotation: renamed away, written to, a new file created",
 		before: ptr("one\n"),
 		want:   "one\n",
-		steps: []step{
+		steps: []followStep{
 			{func(t *testing.T, path string) {
 				rotated := filepath.Join(filepath.Dir(path), "audit-2026-01-02T03-04-05.000.log")
 				require.NoError(t, os.Rename(path, rotated))
@@ -146,7 +158,7 @@ func TestFollow(t *testing.T) {
 		name:   "a rotation while the new file is not there yet",
 		before: ptr("one\n"),
 		want:   "one\n",
-		steps: []step{
+		steps: []followStep{
 			{func(t *testing.T, path string) {
 				rotated := filepath.Join(filepath.Dir(path), "audit-2026-01-02T03-04-05.000.log")
 				require.NoError(t, os.Rename(path, rotated))
@@ -159,7 +171,7 @@ func TestFollow(t *testing.T) {
 		name:   "a partial line cut off by a rotation",
 		before: ptr("one\ntw"),
 		want:   "one\n",
-		steps: []step{
+		steps: []followStep{
 			{func(t *testing.T, path string) {
 				require.NoError(t, os.Rename(path, path+".1"))
 				appendFile(t, path, "three\n")
@@ -169,7 +181,7 @@ func TestFollow(t *testing.T) {
 		name:   "a truncation starts again from the beginning",
 		before: ptr("one\ntwo\nthree\n"),
 		want:   "one\ntwo\nthree\n",
-		steps: []step{
+		steps: []followStep{
 			{func(t *testing.T, path string) {
 				require.NoError(t, os.WriteFile(path, []byte("four\n"), 0o600)) // truncates
 			}, "one\ntwo\nthree\nfour\n"},
@@ -178,12 +190,15 @@ func TestFollow(t *testing.T) {
 	}, {
 		name: "the file created after it started",
 		want: "",
-		steps: []step{
+		steps: []followStep{
 			{appendLines("one\ntwo\n"), "one\ntwo\n"},
 			{appendLines("three\n"), "one\ntwo\nthree\n"},
 		},
 	}}
-	for _, tt := range tests {
+}
+
+func TestFollow(t *testing.T) {
+	for _, tt := range append(followWriteCases(), followReplaceCases()...) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "audit.log")
 			if tt.before != nil {
@@ -268,34 +283,42 @@ func (r *rotator) rotate(create bool) string {
 	return name
 }
 
-// TestFollowAcrossRotations: files rotated in and away again between two checks are copied, each
-// line exactly once and in order, and no other file of the folder is.
-func TestFollowAcrossRotations(t *testing.T) {
-	type round struct {
-		do   func(r *rotator)
-		want string // all that was written to out after the check that follows
-	}
-	write := func(s string) func(*rotator) { return func(r *rotator) { r.write(s) } }
-	tests := []struct {
-		name   string
-		before func(r *rotator) // the folder before the first check
-		rounds []round
-	}{{
+// rotationRound is a round of a TestFollowAcrossRotations case: what is done to the folder
+// before the next check.
+type rotationRound struct {
+	do   func(r *rotator)
+	want string // all that was written to out after the check that follows
+}
+
+// rotationCase is a case of TestFollowAcrossRotations.
+type rotationCase struct {
+	name   string
+	before func(r *rotator) // the folder before the first check
+	rounds []rotationRound
+}
+
+// rotatorWrite is a round or a before that writes s to the file followed.
+func rotatorWrite(s string) func(*rotator) { return func(r *rotator) { r.write(s) } }
+
+// rotatedBetweenChecksCases are the cases of TestFollowAcrossRotations where the file followed is
+// rotated more than once between two checks.
+func rotatedBetweenChecksCases() []rotationCase {
+	return []rotationCase{{
 		name:   "rotated twice between two checks",
-		before: write("one\n"),
-		rounds: []round{{func(r *rotator) {
+		before: rotatorWrite("one\n"),
+		rounds: []rotationRound{{func(r *rotator) {
 			r.write("two\n")
 			r.rotate(true)
 			r.write("three\n")
 			r.rotate(true)
 			r.write("four\n")
 		}, "one\ntwo\nthree\nfour\n"}, {
-			write("five\n"), "one\ntwo\nthree\nfour\nfive\n", // nothing twice
+			rotatorWrite("five\n"), "one\ntwo\nthree\nfour\nfive\n", // nothing twice
 		}},
 	}, {
 		name:   "rotated three times, lines cut off",
-		before: write("one\n"),
-		rounds: []round{{func(r *rotator) {
+		before: rotatorWrite("one\n"),
+		rounds: []rotationRound{{func(r *rotator) {
 			r.write("two\nha")
 			r.rotate(true)
 			r.write("three\n")
@@ -304,7 +327,7 @@ func TestFollowAcrossRotations(t *testing.T) {
 			r.rotate(true)
 			r.write("five\nsi")
 		}, "one\ntwo\nha\nthree\nfo\nfive\n"}, {
-			write("x\n"), "one\ntwo\nha\nthree\nfo\nfive\nsix\n",
+			rotatorWrite("x\n"), "one\ntwo\nha\nthree\nfo\nfive\nsix\n",
 		}},
 	}, {
 		name: "rotated files from before it started, and other files, are not copied",
@@ -316,22 +339,28 @@ func TestFollowAcrossRotations(t *testing.T) {
 				appendFile(r.t, filepath.Join(filepath.Dir(r.path), name), "other\n")
 			}
 		},
-		rounds: []round{{func(r *rotator) {
+		rounds: []rotationRound{{func(r *rotator) {
 			r.rotate(true)
 			r.write("two\n")
 			r.rotate(true)
 			r.write("three\n")
 		}, "one\ntwo\nthree\n"}},
-	}, {
+	}}
+}
+
+// filesGoneCases are the cases of TestFollowAcrossRotations where a file is missing, removed or
+// renamed to another name.
+func filesGoneCases() []rotationCase {
+	return []rotationCase{{
 		name:   "rotated twice, the second new file not there yet",
-		before: write("one\n"),
-		rounds: []round{{func(r *rotator) {
+		before: rotatorWrite("one\n"),
+		rounds: []rotationRound{{func(r *rotator) {
 			r.write("two\n")
 			r.rotate(true)
 			r.write("three\n")
 			r.rotate(false)
 		}, "one\ntwo\n"}, {
-			write("four\n"), "one\ntwo\nthree\nfour\n",
+			rotatorWrite("four\n"), "one\ntwo\nthree\nfour\n",
 		}},
 	}, {
 		name: "the file followed removed (more rotations than backups kept)",
@@ -340,12 +369,12 @@ func TestFollowAcrossRotations(t *testing.T) {
 			r.rotate(true)
 			r.write("one\n")
 		},
-		rounds: []round{{func(r *rotator) {
+		rounds: []rotationRound{{func(r *rotator) {
 			r.write("two\n")
 			followed := r.rotate(true)
 			r.write("three\n")
 			r.rotate(true)
-			require.NoError(t, os.Remove(followed)) // what it read to its end: it holds it open
+			require.NoError(r.t, os.Remove(followed)) // what it read to its end: it holds it open
 			r.write("four\n")
 		}, "one\ntwo\nthree\nfour\n"}},
 	}, {
@@ -355,13 +384,18 @@ func TestFollowAcrossRotations(t *testing.T) {
 			r.rotate(true)
 			r.write("one\n")
 		},
-		rounds: []round{{func(r *rotator) {
+		rounds: []rotationRound{{func(r *rotator) {
 			r.write("two\n")
-			require.NoError(t, os.Rename(r.path, r.path+".1"))
+			require.NoError(r.t, os.Rename(r.path, r.path+".1"))
 			r.write("three\n")
 		}, "one\ntwo\nthree\n"}},
 	}}
-	for _, tt := range tests {
+}
+
+// TestFollowAcrossRotations: files rotated in and away again between two checks are copied, each
+// line exactly once and in order, and no other file of the folder is.
+func TestFollowAcrossRotations(t *testing.T) {
+	for _, tt := range append(rotatedBetweenChecksCases(), filesGoneCases()...) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			r := newRotator(t, filepath.Join(dir, "audit.log"))

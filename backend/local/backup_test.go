@@ -41,6 +41,19 @@ func configMapExists(t *testing.T, cs kubernetes.Interface, name string) bool {
 	return true
 }
 
+// drill is what TestBackupRestoreDrill carries from one step to the next.
+type drill struct {
+	stateDir string
+	h        *harness
+	cl       *clustersv1alpha1.Cluster
+	made     backend.State        // the state of the cluster when it was first Ready
+	cs       kubernetes.Interface // the cluster's admin
+	user     kubernetes.Interface // a user with a token issued before the snapshot
+	snap     backend.Snapshot
+	bdir     string         // the cluster's snapshots folder
+	pids     map[string]int // the processes of the cluster started empty
+}
+
 // TestBackupRestoreDrill is the restore drill of a local cluster: data is written and a user is
 // issued a token, a snapshot is taken (checked, 0600, outside the cluster's folder), more data is
 // written, and then etcd's data folder is destroyed while the operator is down. The cluster comes
@@ -49,31 +62,66 @@ func configMapExists(t *testing.T, cs kubernetes.Interface, name string) bool {
 // before works again. A new Cluster made from the snapshot starts with its data; a bad reference
 // makes nothing. Keeping the newest snapshots removes the older.
 func TestBackupRestoreDrill(t *testing.T) {
-	stateDir := t.TempDir()
-	h := startBackend(t, stateDir, 2)
-	cl := newCluster("drill")
-	made := h.await(cl, "Ready", complete)
-	ran(t, cl, made)
-	admin, err := h.b.AdminConfig(t.Context(), cl)
+	d := startDrill(t)
+	d.snapshotTaken(t)
+	d.dataLostWhileDown(t)
+	t.Run("bad restores are refused and change nothing", d.badRestoresRefused)
+	d.restored(t)
+	t.Run("a new Cluster made from the snapshot", d.newClusterFromSnapshot)
+
+	t.Run("the newest snapshots are kept", func(t *testing.T) {
+		second, err := d.h.b.Snapshot(t.Context(), d.cl, 1)
+		require.NoError(t, err)
+		listed, err := d.h.b.Snapshots(t.Context(), d.cl)
+		require.NoError(t, err)
+		require.Len(t, listed, 1)
+		assert.Equal(t, second.Name, listed[0].Name)
+		assert.NoFileExists(t, filepath.Join(d.bdir, d.snap.Name+snapshotSuffix))
+	})
+
+	gone, err := d.h.b.Delete(t.Context(), d.cl)
 	require.NoError(t, err)
-	cs := kubernetes.NewForConfigOrDie(admin)
-	_, err = cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{})
+	require.True(t, gone)
+	assert.NoDirExists(t, d.h.b.Dir(d.cl.UID))
+	assert.DirExists(t, d.bdir, "a Cluster's snapshots outlive it")
+}
+
+// startDrill starts a backend and a cluster, writes data into it and issues a user a token.
+func startDrill(t *testing.T) *drill {
+	d := &drill{stateDir: t.TempDir()}
+	d.h = startBackend(t, d.stateDir, 2)
+	d.cl = newCluster("drill")
+	d.made = d.h.await(d.cl, "Ready", complete)
+	ran(t, d.cl, d.made)
+	admin, err := d.h.b.AdminConfig(t.Context(), d.cl)
+	require.NoError(t, err)
+	d.cs = kubernetes.NewForConfigOrDie(admin)
+	_, err = d.cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	for _, name := range []string{"before-1", "before-2"} {
-		_, err = cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		_, err = d.cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	user := kubernetes.NewForConfigOrDie(issuedConfig(t, admin))
+	d.user = kubernetes.NewForConfigOrDie(issuedConfig(t, admin))
+	return d
+}
 
-	snap, err := h.b.Snapshot(t.Context(), cl, 5)
+// snapshotTaken takes a snapshot and checks it: its record, its files 0600 outside the cluster's
+// folder, and the list of snapshots.
+func (d *drill) snapshotTaken(t *testing.T) {
+	h, cl := d.h, d.cl
+	var err error
+	d.snap, err = h.b.Snapshot(t.Context(), cl, 5)
 	require.NoError(t, err)
+	snap := d.snap
 	assert.Equal(t, cl.UID, snap.Cluster)
 	assert.Equal(t, cl.Namespace, snap.Namespace, "a snapshot belongs to its Cluster's namespace")
 	assert.Positive(t, snap.Revision)
 	assert.Positive(t, snap.Keys)
 	assert.Positive(t, snap.Size)
 	assert.Equal(t, "1.37.1", snap.Version)
-	bdir := filepath.Join(stateDir, backupsDir, string(cl.UID))
+	d.bdir = filepath.Join(d.stateDir, backupsDir, string(cl.UID))
+	bdir := d.bdir
 	for path, mode := range map[string]os.FileMode{
 		bdir: 0o700 | os.ModeDir, filepath.Join(bdir, snap.Name+snapshotSuffix): 0o600, filepath.Join(bdir, snap.Name+recordSuffix): 0o600,
 	} {
@@ -86,78 +134,92 @@ func TestBackupRestoreDrill(t *testing.T) {
 	require.Len(t, listed, 1)
 	assert.Equal(t, snap.Name, listed[0].Name)
 	assert.WithinDuration(t, snap.Taken, listed[0].Taken, 0)
+}
 
-	_, err = cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+// dataLostWhileDown writes more data, then loses etcd's data folder while the operator is down:
+// the cluster comes back empty.
+func (d *drill) dataLostWhileDown(t *testing.T) {
+	cl := d.cl
+	_, err := d.cs.CoreV1().ConfigMaps("kept").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	// etcd's data folder is lost while the operator is down: the cluster comes back empty.
-	h.stop()
-	require.NoError(t, os.RemoveAll(filepath.Join(h.b.Dir(cl.UID), etcdDataDir)))
-	h = startBackend(t, stateDir, 2, cl)
+	d.h.stop()
+	require.NoError(t, os.RemoveAll(filepath.Join(d.h.b.Dir(cl.UID), etcdDataDir)))
+	d.h = startBackend(t, d.stateDir, 2, cl)
+	h := d.h
 	lost := h.await(cl, "Ready again, empty", complete)
 	assert.NotEmpty(t, dataLost(lost))
-	assert.Equal(t, made.Endpoint, lost.Endpoint)
-	admin, err = h.b.AdminConfig(t.Context(), cl)
+	assert.Equal(t, d.made.Endpoint, lost.Endpoint)
+	admin, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
-	cs = kubernetes.NewForConfigOrDie(admin)
-	assert.False(t, configMapExists(t, cs, "before-1"), "the data is gone")
-	_, err = user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
+	d.cs = kubernetes.NewForConfigOrDie(admin)
+	assert.False(t, configMapExists(t, d.cs, "before-1"), "the data is gone")
+	_, err = d.user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
 	require.True(t, apierrors.IsUnauthorized(err), "its ServiceAccount is gone with the data: %v", err)
-	pids := h.b.PIDs(cl.UID)
+	d.pids = h.b.PIDs(cl.UID)
+}
 
-	t.Run("bad restores are refused and change nothing", func(t *testing.T) {
-		other := newCluster("other")
-		// A snapshot of this Cluster copied among the other's is still of this Cluster.
-		odir := filepath.Join(stateDir, backupsDir, string(other.UID))
-		require.NoError(t, os.MkdirAll(odir, 0o700))
-		for _, suffix := range []string{snapshotSuffix, recordSuffix} {
-			data, err := os.ReadFile(filepath.Join(bdir, snap.Name+suffix))
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(filepath.Join(odir, snap.Name+suffix), data, 0o600))
-		}
-		// A damaged copy: one byte differs in the middle of the file.
-		damaged := "20000101T000000Z"
-		data, err := os.ReadFile(filepath.Join(bdir, snap.Name+snapshotSuffix))
+// badRestoresRefused asks for restores of a missing snapshot, a damaged one and a bad name: each is
+// refused and changes nothing; a copy of the snapshot among another Cluster's is still of this one.
+func (d *drill) badRestoresRefused(t *testing.T) {
+	h, cl, snap, bdir := d.h, d.cl, d.snap, d.bdir
+	other := newCluster("other")
+	// A snapshot of this Cluster copied among the other's is still of this Cluster.
+	odir := filepath.Join(d.stateDir, backupsDir, string(other.UID))
+	require.NoError(t, os.MkdirAll(odir, 0o700))
+	for _, suffix := range []string{snapshotSuffix, recordSuffix} {
+		data, err := os.ReadFile(filepath.Join(bdir, snap.Name+suffix))
 		require.NoError(t, err)
-		data[len(data)/2] ^= 0xff
-		require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+snapshotSuffix), data, 0o600))
-		rec := snap
-		rec.Name = damaged
-		recData, err := json.Marshal(rec)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+recordSuffix), recData, 0o600))
-		t.Cleanup(func() {
-			os.Remove(filepath.Join(bdir, damaged+snapshotSuffix))
-			os.Remove(filepath.Join(bdir, damaged+recordSuffix))
-		})
-
-		for _, tc := range []struct {
-			name, snapshot, says string
-			in                   *clustersv1alpha1.Cluster
-		}{
-			{name: "missing", in: cl, snapshot: "20990101T000000Z", says: `there is no snapshot "20990101T000000Z" of the Cluster with UID ` + string(cl.UID) + " (its snapshots: " + snap.Name + ", " + damaged + ")"},
-			{name: "damaged", in: cl, snapshot: damaged, says: "is damaged: the SHA-256 of"},
-			{name: "not a name", in: cl, snapshot: "../x", says: "is not a snapshot name"},
-		} {
-			err := h.b.Restore(t.Context(), tc.in, tc.snapshot)
-			require.Error(t, err, tc.name)
-			assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%s: %v", tc.name, err)
-			assert.Contains(t, err.Error(), tc.says, tc.name)
-		}
-		// The other Cluster's own list holds the copy; checked against the other Cluster, it is
-		// not its own.
-		s, err := h.b.store(h.b.opts.Binaries[0]).Check(t.Context(), other.UID, snap.Name)
-		require.NoError(t, err, "the copy itself is intact")
-		assert.Equal(t, cl.UID, s.Cluster, "the copy says whose it is")
-
-		s2, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
-		require.NoError(t, err)
-		assert.True(t, s2.Ready)
-		assert.Nil(t, s2.Restored)
-		assert.Equal(t, pids, h.b.PIDs(cl.UID), "nothing restarted")
+		require.NoError(t, os.WriteFile(filepath.Join(odir, snap.Name+suffix), data, 0o600))
+	}
+	// A damaged copy: one byte differs in the middle of the file.
+	damaged := "20000101T000000Z"
+	data, err := os.ReadFile(filepath.Join(bdir, snap.Name+snapshotSuffix))
+	require.NoError(t, err)
+	data[len(data)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+snapshotSuffix), data, 0o600))
+	rec := snap
+	rec.Name = damaged
+	recData, err := json.Marshal(rec)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(bdir, damaged+recordSuffix), recData, 0o600))
+	t.Cleanup(func() {
+		os.Remove(filepath.Join(bdir, damaged+snapshotSuffix))
+		os.Remove(filepath.Join(bdir, damaged+recordSuffix))
 	})
 
-	require.NoError(t, h.b.Restore(t.Context(), cl, snap.Name))
+	for _, tc := range []struct {
+		name, snapshot, says string
+		in                   *clustersv1alpha1.Cluster
+	}{
+		{name: "missing", in: cl, snapshot: "20990101T000000Z", says: `there is no snapshot "20990101T000000Z" of the Cluster with UID ` + string(cl.UID) + " (its snapshots: " + snap.Name + ", " + damaged + ")"},
+		{name: "damaged", in: cl, snapshot: damaged, says: "is damaged: the SHA-256 of"},
+		{name: "not a name", in: cl, snapshot: "../x", says: "is not a snapshot name"},
+	} {
+		err := h.b.Restore(t.Context(), tc.in, tc.snapshot)
+		require.Error(t, err, tc.name)
+		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%s: %v", tc.name, err)
+		assert.Contains(t, err.Error(), tc.says, tc.name)
+	}
+	// The other Cluster's own list holds the copy; checked against the other Cluster, it is
+	// not its own.
+	s, err := h.b.store(h.b.opts.Binaries[0]).Check(t.Context(), other.UID, snap.Name)
+	require.NoError(t, err, "the copy itself is intact")
+	assert.Equal(t, cl.UID, s.Cluster, "the copy says whose it is")
+
+	s2, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	require.NoError(t, err)
+	assert.True(t, s2.Ready)
+	assert.Nil(t, s2.Restored)
+	assert.Equal(t, d.pids, h.b.PIDs(cl.UID), "nothing restarted")
+}
+
+// restored restores the snapshot: the cluster comes back on the snapshot's data, on the same
+// endpoint and CA, and the token issued before the snapshot works again.
+func (d *drill) restored(t *testing.T) {
+	h, cl, cs, made := d.h, d.cl, d.cs, d.made
+	require.NoError(t, h.b.Restore(t.Context(), cl, d.snap.Name))
 	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
 	assert.Equal(t, backend.ReasonRestoring, restoring.Reason)
@@ -167,63 +229,50 @@ func TestBackupRestoreDrill(t *testing.T) {
 	assert.Equal(t, made.CABundle, back.CABundle, "the same CA")
 	assert.Empty(t, dataLost(back), "the data is back")
 	assert.Empty(t, back.Restored.Failed)
-	assert.Equal(t, snap.Name, back.Restored.Snapshot.Name)
+	assert.Equal(t, d.snap.Name, back.Restored.Snapshot.Name)
 	assert.DirExists(t, back.Restored.MovedAside, "the data it replaced is kept")
 	assert.True(t, configMapExists(t, cs, "before-1"))
 	assert.True(t, configMapExists(t, cs, "before-2"))
 	assert.False(t, configMapExists(t, cs, "after"), "written after the snapshot")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		_, err := user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
+		_, err := d.user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
 		assert.NoError(c, err, "the token issued before the snapshot works again")
 	}, readyWithin, 100*time.Millisecond)
+}
 
-	t.Run("a new Cluster made from the snapshot", func(t *testing.T) {
-		bad := newCluster("bad-ref")
-		bad.Annotations = map[string]string{backend.AnnotationRestoreFrom: string(cl.UID) + "/19990101T000000Z"}
-		_, err := h.b.Ensure(t.Context(), bad, backend.Want{Version: "1.37.1"})
-		require.Error(t, err)
-		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
-		assert.NoDirExists(t, h.b.Dir(bad.UID), "nothing is made")
+// newClusterFromSnapshot checks that a bad reference and another namespace's Cluster make nothing,
+// and that a new Cluster made from the snapshot starts with its data.
+func (d *drill) newClusterFromSnapshot(t *testing.T) {
+	h, cl, snap := d.h, d.cl, d.snap
+	bad := newCluster("bad-ref")
+	bad.Annotations = map[string]string{backend.AnnotationRestoreFrom: string(cl.UID) + "/19990101T000000Z"}
+	_, err := h.b.Ensure(t.Context(), bad, backend.Want{Version: "1.37.1"})
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+	assert.NoDirExists(t, h.b.Dir(bad.UID), "nothing is made")
 
-		// Another namespace's Cluster: the snapshot is not found, and no name of it is listed.
-		foreign := newCluster("foreign")
-		foreign.Namespace = "team-b"
-		foreign.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
-		_, err = h.b.Ensure(t.Context(), foreign, backend.Want{Version: "1.37.1"})
-		require.Error(t, err)
-		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
-		assert.Contains(t, err.Error(), "(it has none for a Cluster of namespace team-b)")
-		assert.NoDirExists(t, h.b.Dir(foreign.UID), "nothing is made")
+	// Another namespace's Cluster: the snapshot is not found, and no name of it is listed.
+	foreign := newCluster("foreign")
+	foreign.Namespace = "team-b"
+	foreign.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
+	_, err = h.b.Ensure(t.Context(), foreign, backend.Want{Version: "1.37.1"})
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+	assert.Contains(t, err.Error(), "(it has none for a Cluster of namespace team-b)")
+	assert.NoDirExists(t, h.b.Dir(foreign.UID), "nothing is made")
 
-		cp := newCluster("copy")
-		cp.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
-		s := h.await(cp, "the copy is Ready", func(s backend.State) bool { return complete(s) && s.Restored != nil })
-		assert.NotEqual(t, made.Endpoint, s.Endpoint)
-		cfg, err := h.b.AdminConfig(t.Context(), cp)
-		require.NoError(t, err)
-		cps := kubernetes.NewForConfigOrDie(cfg)
-		assert.True(t, configMapExists(t, cps, "before-1"))
-		assert.False(t, configMapExists(t, cps, "after"))
-		gone, err := h.b.Delete(t.Context(), cp)
-		require.NoError(t, err)
-		require.True(t, gone)
-	})
-
-	t.Run("the newest snapshots are kept", func(t *testing.T) {
-		second, err := h.b.Snapshot(t.Context(), cl, 1)
-		require.NoError(t, err)
-		listed, err := h.b.Snapshots(t.Context(), cl)
-		require.NoError(t, err)
-		require.Len(t, listed, 1)
-		assert.Equal(t, second.Name, listed[0].Name)
-		assert.NoFileExists(t, filepath.Join(bdir, snap.Name+snapshotSuffix))
-	})
-
-	gone, err := h.b.Delete(t.Context(), cl)
+	cp := newCluster("copy")
+	cp.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
+	s := h.await(cp, "the copy is Ready", func(s backend.State) bool { return complete(s) && s.Restored != nil })
+	assert.NotEqual(t, d.made.Endpoint, s.Endpoint)
+	cfg, err := h.b.AdminConfig(t.Context(), cp)
+	require.NoError(t, err)
+	cps := kubernetes.NewForConfigOrDie(cfg)
+	assert.True(t, configMapExists(t, cps, "before-1"))
+	assert.False(t, configMapExists(t, cps, "after"))
+	gone, err := h.b.Delete(t.Context(), cp)
 	require.NoError(t, err)
 	require.True(t, gone)
-	assert.NoDirExists(t, h.b.Dir(cl.UID))
-	assert.DirExists(t, bdir, "a Cluster's snapshots outlive it")
 }
 
 // TestFinishRestore: a restore interrupted by the operator's end is finished or undone before the

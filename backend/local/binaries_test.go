@@ -3,6 +3,7 @@ package local
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,14 +73,18 @@ func fakeFolder(t *testing.T, dir, version string) {
 	require.NoError(t, os.Symlink(filepath.Join(assets, "etcd"), filepath.Join(dir, "etcd")))
 }
 
-func TestLoadBinaries(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		// setup makes the folders under root and returns the folders to load.
-		setup     func(t *testing.T, root string) []string
-		want      []string // versions
-		errSubstr []string // besides every folder
-	}{
+// loadBinariesCase is a case of TestLoadBinaries.
+type loadBinariesCase struct {
+	name string
+	// setup makes the folders under root and returns the folders to load.
+	setup     func(t *testing.T, root string) []string
+	want      []string // versions
+	errSubstr []string // besides every folder
+}
+
+// loadBinariesGoodCases are the cases of TestLoadBinaries that load.
+func loadBinariesGoodCases() []loadBinariesCase {
+	return []loadBinariesCase{
 		{
 			name: "good folder",
 			setup: func(t *testing.T, root string) []string {
@@ -113,6 +118,12 @@ func TestLoadBinaries(t *testing.T) {
 			setup: func(*testing.T, string) []string { return nil },
 			want:  nil,
 		},
+	}
+}
+
+// loadBinariesMissingCases are the cases of TestLoadBinaries where a folder or a binary is missing.
+func loadBinariesMissingCases() []loadBinariesCase {
+	return []loadBinariesCase{
 		{
 			name: "missing folder",
 			setup: func(t *testing.T, root string) []string {
@@ -149,6 +160,13 @@ func TestLoadBinaries(t *testing.T) {
 			},
 			errSubstr: []string{filepath.Join("a", "kube-controller-manager"), "no such file", "make envtest"},
 		},
+	}
+}
+
+// loadBinariesBadBinaryCases are the cases of TestLoadBinaries where a binary is there but is not
+// fit: another version, not executable, failing or printing junk.
+func loadBinariesBadBinaryCases() []loadBinariesCase {
+	return []loadBinariesCase{
 		{
 			name: "kube-controller-manager of another version",
 			setup: func(t *testing.T, root string) []string {
@@ -219,6 +237,12 @@ func TestLoadBinaries(t *testing.T) {
 			},
 			errSubstr: []string{"etcd --version", "exit status 1", "wrong architecture"},
 		},
+	}
+}
+
+// loadBinariesBadSetCases are the cases of TestLoadBinaries where the folders do not go together.
+func loadBinariesBadSetCases() []loadBinariesCase {
+	return []loadBinariesCase{
 		{
 			name: "second folder bad",
 			setup: func(t *testing.T, root string) []string {
@@ -240,7 +264,11 @@ func TestLoadBinaries(t *testing.T) {
 			},
 			errSubstr: []string{"both serve Kubernetes 1.30.2"},
 		},
-	} {
+	}
+}
+
+func TestLoadBinaries(t *testing.T) {
+	for _, tc := range slices.Concat(loadBinariesGoodCases(), loadBinariesMissingCases(), loadBinariesBadBinaryCases(), loadBinariesBadSetCases()) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			dirs := tc.setup(t, root)

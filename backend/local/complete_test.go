@@ -2,6 +2,7 @@ package local
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -73,75 +74,82 @@ func checkComplete(t *testing.T, cs kubernetes.Interface, caPEM []byte) {
 		}, completeWithin, 100*time.Millisecond)
 	})
 
-	t.Run("an orphaned dependent is collected", func(t *testing.T) {
-		cms := cs.CoreV1().ConfigMaps("default")
-		// ownedPair creates ConfigMap owner and ConfigMap dependent, owned by it.
-		ownedPair := func(owner, dependent string) {
-			o, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner}}, metav1.CreateOptions{})
-			require.NoError(t, err)
-			_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dependent, OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID,
-			}}}}, metav1.CreateOptions{})
-			require.NoError(t, err)
-		}
-		// Deleted with the orphan policy, the owner leaves its dependent, which the garbage
-		// collector orphans.
-		ownedPair("owner", "dependent")
-		orphaning := metav1.DeletePropagationOrphan
-		require.NoError(t, cms.Delete(ctx, "owner", metav1.DeleteOptions{PropagationPolicy: &orphaning}))
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			d, err := cms.Get(ctx, "dependent", metav1.GetOptions{})
-			if assert.NoError(c, err) {
-				assert.Empty(c, d.OwnerReferences, "the garbage collector orphaned the dependent")
-			}
-		}, completeWithin, 100*time.Millisecond)
+	t.Run("an orphaned dependent is collected", func(t *testing.T) { checkOrphanedDependentCollected(t, ctx, cs) })
+	t.Run("an approved CSR is signed by the cluster CA", func(t *testing.T) { checkCSRSigned(t, ctx, cs, caPEM) })
+}
 
-		// Deleted in the background (the default), the owner leaves collecting its dependent to
-		// the garbage collector.
-		ownedPair("owner2", "dependent2")
-		require.NoError(t, cms.Delete(ctx, "owner2", metav1.DeleteOptions{}))
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			_, err := cms.Get(ctx, "dependent2", metav1.GetOptions{})
-			assert.True(c, apierrors.IsNotFound(err), "the dependent of a deleted owner is collected (err %v)", err)
-		}, completeWithin, 100*time.Millisecond)
-	})
-
-	t.Run("an approved CSR is signed by the cluster CA", func(t *testing.T) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// checkOrphanedDependentCollected checks that the garbage collector orphans the dependent of an
+// owner deleted with the orphan policy, and collects the dependent of one deleted in the background.
+func checkOrphanedDependentCollected(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	cms := cs.CoreV1().ConfigMaps("default")
+	// ownedPair creates ConfigMap owner and ConfigMap dependent, owned by it.
+	ownedPair := func(owner, dependent string) {
+		o, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "jane", Organization: []string{"devs"}}}, key)
+		_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dependent, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: o.Name, UID: o.UID,
+		}}}}, metav1.CreateOptions{})
 		require.NoError(t, err)
-		csr := &certificatesv1.CertificateSigningRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: "jane"},
-			Spec: certificatesv1.CertificateSigningRequestSpec{
-				Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
-				SignerName: certificatesv1.KubeAPIServerClientSignerName,
-				Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
-			},
+	}
+	// Deleted with the orphan policy, the owner leaves its dependent, which the garbage
+	// collector orphans.
+	ownedPair("owner", "dependent")
+	orphaning := metav1.DeletePropagationOrphan
+	require.NoError(t, cms.Delete(ctx, "owner", metav1.DeleteOptions{PropagationPolicy: &orphaning}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		d, err := cms.Get(ctx, "dependent", metav1.GetOptions{})
+		if assert.NoError(c, err) {
+			assert.Empty(c, d.OwnerReferences, "the garbage collector orphaned the dependent")
 		}
-		csr, err = cs.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
-		require.NoError(t, err)
-		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by the test",
-		})
-		_, err = cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
-		require.NoError(t, err)
-		var issued []byte
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			got, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
-			if assert.NoError(c, err) {
-				issued = got.Status.Certificate
-				assert.NotEmpty(c, issued, "the signer wrote the certificate")
-			}
-		}, completeWithin, 100*time.Millisecond)
-		certs, err := certutil.ParseCertsPEM(issued)
-		require.NoError(t, err)
-		roots := x509.NewCertPool()
-		require.True(t, roots.AppendCertsFromPEM(caPEM))
-		_, err = certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-		assert.NoError(t, err, "the certificate chains to the cluster CA")
-		assert.Equal(t, "jane", certs[0].Subject.CommonName)
+	}, completeWithin, 100*time.Millisecond)
+
+	// Deleted in the background (the default), the owner leaves collecting its dependent to
+	// the garbage collector.
+	ownedPair("owner2", "dependent2")
+	require.NoError(t, cms.Delete(ctx, "owner2", metav1.DeleteOptions{}))
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := cms.Get(ctx, "dependent2", metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "the dependent of a deleted owner is collected (err %v)", err)
+	}, completeWithin, 100*time.Millisecond)
+}
+
+// checkCSRSigned checks that an approved CertificateSigningRequest is signed by the cluster CA
+// (caPEM).
+func checkCSRSigned(t *testing.T, ctx context.Context, cs kubernetes.Interface, caPEM []byte) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "jane", Organization: []string{"devs"}}}, key)
+	require.NoError(t, err)
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "jane"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
+			SignerName: certificatesv1.KubeAPIServerClientSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}
+	csr, err = cs.CertificatesV1().CertificateSigningRequests().Create(ctx, csr, metav1.CreateOptions{})
+	require.NoError(t, err)
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Test", Message: "approved by the test",
 	})
+	_, err = cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	var issued []byte
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if assert.NoError(c, err) {
+			issued = got.Status.Certificate
+			assert.NotEmpty(c, issued, "the signer wrote the certificate")
+		}
+	}, completeWithin, 100*time.Millisecond)
+	certs, err := certutil.ParseCertsPEM(issued)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	_, err = certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	assert.NoError(t, err, "the certificate chains to the cluster CA")
+	assert.Equal(t, "jane", certs[0].Subject.CommonName)
 }
 
 // checkEtcdPrivate checks that the etcd with pid listens on no TCP port, only on unix sockets in

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -45,10 +46,33 @@ func TestEtcdNoSpace(t *testing.T) {
 		}
 		return err
 	}
+	written, refusals := fillEtcd(t, h, cl, create)
+	t.Logf("%d ConfigMaps of 900 KiB written, %d refusals, until etcd stayed full", written, refusals)
+
+	full := h.await(cl, "EtcdNoSpace", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && !s.Part(backend.PartEtcd).Ready })
+	assert.Equal(t, ReasonEtcdNoSpace, full.Part(backend.PartEtcd).Reason)
+	assert.Contains(t, full.Part(backend.PartEtcd).Message, "reached its quota")
+	assert.Contains(t, full.Part(backend.PartEtcd).Message, "Delete objects")
+	assert.True(t, full.Ready, "it serves reads")
+	_, err = cs.CoreV1().ConfigMaps("default").Get(t.Context(), "big-0", metav1.GetOptions{})
+	require.NoError(t, err, "reads work")
+
+	for i := range written {
+		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(t.Context(), fmt.Sprintf("big-%d", i), metav1.DeleteOptions{}), "deletes work on a full etcd")
+	}
+	freed := h.await(cl, "etcd takes writes again", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && s.Part(backend.PartEtcd).Ready })
+	assert.True(t, freed.Ready)
+	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, pids, h.b.PIDs(cl.UID), "no process was restarted")
+}
+
+// fillEtcd creates ConfigMaps with create until etcd stays full; it returns how many it wrote and
+// how many writes etcd refused.
+func fillEtcd(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, create func(int) error) (written, refusals int) {
 	// Filled until etcd refuses; while what the quota holds is history, the backend frees it
 	// (compaction, defragmentation, alarm disarmed) and the write works again; once it is live
 	// data, the alarm stays and the state says so.
-	written, refusals := 0, 0
 	for full := false; !full; {
 		require.Less(t, written, 60, "24 MiB cannot hold 60 ConfigMaps of 900 KiB")
 		err := create(written)
@@ -83,22 +107,5 @@ func TestEtcdNoSpace(t *testing.T) {
 		}
 		tick.Stop()
 	}
-	t.Logf("%d ConfigMaps of 900 KiB written, %d refusals, until etcd stayed full", written, refusals)
-
-	full := h.await(cl, "EtcdNoSpace", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && !s.Part(backend.PartEtcd).Ready })
-	assert.Equal(t, ReasonEtcdNoSpace, full.Part(backend.PartEtcd).Reason)
-	assert.Contains(t, full.Part(backend.PartEtcd).Message, "reached its quota")
-	assert.Contains(t, full.Part(backend.PartEtcd).Message, "Delete objects")
-	assert.True(t, full.Ready, "it serves reads")
-	_, err = cs.CoreV1().ConfigMaps("default").Get(t.Context(), "big-0", metav1.GetOptions{})
-	require.NoError(t, err, "reads work")
-
-	for i := range written {
-		require.NoError(t, cs.CoreV1().ConfigMaps("default").Delete(t.Context(), fmt.Sprintf("big-%d", i), metav1.DeleteOptions{}), "deletes work on a full etcd")
-	}
-	freed := h.await(cl, "etcd takes writes again", func(s backend.State) bool { return s.Part(backend.PartEtcd) != nil && s.Part(backend.PartEtcd).Ready })
-	assert.True(t, freed.Ready)
-	_, err = cs.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, pids, h.b.PIDs(cl.UID), "no process was restarted")
+	return written, refusals
 }

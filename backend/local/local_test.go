@@ -215,15 +215,7 @@ func TestClusterLifecycle(t *testing.T) {
 
 	h := startBackend(t, stateDir, 1, cl)
 	s := h.await(cl, "complete", complete)
-	// The folder of a Cluster the backend cannot find is moved aside, never deleted.
-	assert.NoDirExists(t, stale, "the folder of a Cluster that is not found is moved away")
-	moved, err := filepath.Glob(filepath.Join(stateDir, QuarantineDir, staleUID+"-*"))
-	require.NoError(t, err)
-	require.Len(t, moved, 1, "moved to %s/<uid>-<time>", QuarantineDir)
-	data, err := os.ReadFile(filepath.Join(moved[0], "etcd", "data"))
-	require.NoError(t, err)
-	assert.Equal(t, "someone's data", string(data), "with everything in it")
-	assert.Equal(t, quarantined+1, testutil.ToFloat64(metricQuarantined))
+	checkQuarantined(t, stateDir, stale, staleUID, quarantined)
 	assert.Equal(t, "1.37.1", s.Version, "the running API server's /version")
 	assert.Equal(t, backend.ReasonRunning, s.Reason)
 	assert.Equal(t, s.Endpoint, s.Endpoints[backend.EndpointAPIServerExternal])
@@ -232,15 +224,7 @@ func TestClusterLifecycle(t *testing.T) {
 
 	// The folder: keys 0600, the record, the authentication config.
 	dir := h.b.Dir(cl.UID)
-	for _, f := range []string{caKeyFile, servingKeyFile, adminKeyFile, saKeyFile} {
-		fi, err := os.Stat(filepath.Join(dir, pkiDir, f))
-		require.NoError(t, err)
-		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
-	}
-	m, err := readMeta(dir)
-	require.NoError(t, err)
-	assert.Equal(t, "ns", m.Namespace)
-	assert.Equal(t, endpoint, "https://127.0.0.1:"+strconv.Itoa(m.Ports.APIServer))
+	m := checkFolder(t, dir, endpoint)
 
 	// The admin config works, RBAC is on, and data goes in.
 	cfg, err := h.b.AdminConfig(t.Context(), cl)
@@ -272,104 +256,155 @@ func TestClusterLifecycle(t *testing.T) {
 	t.Run("etcd is reachable only through its socket", func(t *testing.T) { checkEtcdPrivate(t, dir, h.b.PIDs(cl.UID)[procEtcd]) })
 
 	for _, proc := range []string{procAPIServer, procEtcd, procControllerManager} {
-		t.Run("kill -9 "+proc, func(t *testing.T) {
-			before, _ := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
-			pid := h.b.PIDs(cl.UID)[proc]
-			require.NotZero(t, pid)
-			require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-			if proc == procControllerManager {
-				down := h.await(cl, "controller manager not Ready after the kill", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
-				assert.Equal(t, backend.ReasonRestarting, down.Part(backend.PartControllerManager).Reason)
-				assert.Contains(t, down.Part(backend.PartControllerManager).Message, proc+" exited (signal: killed)")
-				assert.True(t, down.Ready, "the API server serves on")
-			} else {
-				down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
-				assert.Equal(t, backend.ReasonRestarting, down.Reason)
-				assert.Contains(t, down.Message, proc+" exited (signal: killed)")
-			}
-			up := h.await(cl, "complete again", complete)
-			assert.Equal(t, restarts(before)+1, restarts(up))
-			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc], "a new process")
-			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
-			assert.NoError(t, err, "the data survives")
-		})
+		t.Run("kill -9 "+proc, func(t *testing.T) { checkKillRecovered(t, h, cl, cs, proc) })
 	}
 
-	t.Run("a hung controller manager is restarted", func(t *testing.T) {
-		pid := h.b.PIDs(cl.UID)[procControllerManager]
-		require.NotZero(t, pid)
-		require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
-		down := h.await(cl, "controller manager not Ready while hung", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
-		assert.Contains(t, down.Part(backend.PartControllerManager).Message, "missed 3 health checks in a row")
-		assert.True(t, down.Ready, "the API server serves on")
-		h.await(cl, "complete again", complete)
-		assert.True(t, processGone(pid), "the hung process was killed")
-		assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[procControllerManager])
-	})
+	t.Run("a hung controller manager is restarted", func(t *testing.T) { checkHungControllerManagerRestarted(t, h, cl) })
 
 	// A hung API server or etcd (alive, answering nothing) was never noticed after Ready: only the
 	// controller manager had a liveness check (issue 25, item 4).
 	for _, proc := range []string{procAPIServer, procEtcd} {
-		t.Run("a hung "+proc+" is restarted", func(t *testing.T) {
-			pid := h.b.PIDs(cl.UID)[proc]
-			require.NotZero(t, pid)
-			before := h.await(cl, "complete", complete)
-			require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
-			down := h.await(cl, "not Ready while hung", func(s backend.State) bool {
-				return !s.Ready && strings.Contains(s.Message, proc+" missed 6 health checks in a row")
-			})
-			assert.Equal(t, backend.ReasonRestarting, down.Reason)
-			up := h.await(cl, "complete again", complete)
-			assert.True(t, processGone(pid), "the hung process was killed")
-			assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc])
-			assert.Greater(t, restarts(up), restarts(before))
-			_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
-			assert.NoError(t, err, "the data survives")
-		})
+		t.Run("a hung "+proc+" is restarted", func(t *testing.T) { checkHungRestarted(t, h, cl, cs, proc) })
 	}
 
 	outer := t // the second backend must outlive this subtest
 	t.Run("operator restart adopts the cluster", func(t *testing.T) {
-		pids := h.b.PIDs(cl.UID)
-		h.stop()
-		for name, pid := range pids {
-			assert.True(t, processGone(pid), "%s (pid %d) stopped with the backend", name, pid)
-		}
-		assert.False(t, portOpen(endpoint))
-		// The new operator has another --local-service-cidr: it is for new clusters only.
-		h2 := startBackendOptions(outer, Options{StateDir: stateDir, MaxClusters: 1, ServiceCIDR: "203.0.113.0/24"}, cl)
-		s := h2.await(cl, "complete after adoption", complete)
-		assert.Equal(t, endpoint, s.Endpoint, "same port")
-		cfg, err := h2.b.AdminConfig(t.Context(), cl)
-		require.NoError(t, err)
-		cs := kubernetes.NewForConfigOrDie(cfg)
-		got, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
-		require.NoError(t, err, "same data")
-		assert.Equal(t, "v", got.Data["k"])
-		// The cluster keeps the service range it was created with.
-		now := h2.b.PIDs(cl.UID)
-		for _, proc := range []string{procAPIServer, procControllerManager} {
-			assert.Contains(t, cmdline(t, now[proc]), "--service-cluster-ip-range="+DefaultServiceCIDR, proc)
-		}
-		svc, err := cs.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{})
-		require.NoError(t, err)
-		assert.Equal(t, "198.18.0.1", svc.Spec.ClusterIP)
-		h = h2
+		h = checkRestartAdopts(t, outer, h, cl, stateDir, endpoint)
 	})
 
-	t.Run("delete", func(t *testing.T) {
-		pids := h.b.PIDs(cl.UID)
-		gone, err := h.b.Delete(t.Context(), cl)
+	t.Run("delete", func(t *testing.T) { checkDeleted(t, h, cl, endpoint, dir) })
+}
+
+// checkQuarantined checks that the folder stale of the Cluster staleUID, which the backend cannot
+// find, was moved aside with everything in it, never deleted, and counted (the metric was
+// quarantined before).
+func checkQuarantined(t *testing.T, stateDir, stale, staleUID string, quarantined float64) {
+	assert.NoDirExists(t, stale, "the folder of a Cluster that is not found is moved away")
+	moved, err := filepath.Glob(filepath.Join(stateDir, QuarantineDir, staleUID+"-*"))
+	require.NoError(t, err)
+	require.Len(t, moved, 1, "moved to %s/<uid>-<time>", QuarantineDir)
+	data, err := os.ReadFile(filepath.Join(moved[0], "etcd", "data"))
+	require.NoError(t, err)
+	assert.Equal(t, "someone's data", string(data), "with everything in it")
+	assert.Equal(t, quarantined+1, testutil.ToFloat64(metricQuarantined))
+}
+
+// checkFolder checks the cluster's folder dir: its keys are 0600 and its record names the
+// namespace and the port of endpoint. It returns the record.
+func checkFolder(t *testing.T, dir, endpoint string) meta {
+	for _, f := range []string{caKeyFile, servingKeyFile, adminKeyFile, saKeyFile} {
+		fi, err := os.Stat(filepath.Join(dir, pkiDir, f))
 		require.NoError(t, err)
-		assert.True(t, gone)
-		for name, pid := range pids {
-			assert.True(t, processGone(pid), "%s (pid %d) is gone", name, pid)
-		}
-		assert.False(t, portOpen(endpoint), "the port is closed")
-		assert.NoDirExists(t, dir)
-		_, err = h.b.AdminConfig(t.Context(), cl)
-		assert.Error(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+	}
+	m, err := readMeta(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "ns", m.Namespace)
+	assert.Equal(t, endpoint, "https://127.0.0.1:"+strconv.Itoa(m.Ports.APIServer))
+	return m
+}
+
+// checkKillRecovered kills proc of cl with SIGKILL and checks that the state says so and that
+// the cluster comes back complete with a new process and its data.
+func checkKillRecovered(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, cs kubernetes.Interface, proc string) {
+	before, _ := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
+	pid := h.b.PIDs(cl.UID)[proc]
+	require.NotZero(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	if proc == procControllerManager {
+		down := h.await(cl, "controller manager not Ready after the kill", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
+		assert.Equal(t, backend.ReasonRestarting, down.Part(backend.PartControllerManager).Reason)
+		assert.Contains(t, down.Part(backend.PartControllerManager).Message, proc+" exited (signal: killed)")
+		assert.True(t, down.Ready, "the API server serves on")
+	} else {
+		down := h.await(cl, "not Ready after the kill", func(s backend.State) bool { return !s.Ready })
+		assert.Equal(t, backend.ReasonRestarting, down.Reason)
+		assert.Contains(t, down.Message, proc+" exited (signal: killed)")
+	}
+	up := h.await(cl, "complete again", complete)
+	assert.Equal(t, restarts(before)+1, restarts(up))
+	assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc], "a new process")
+	_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+	assert.NoError(t, err, "the data survives")
+}
+
+// checkHungControllerManagerRestarted stops the controller manager of cl with SIGSTOP and checks
+// that it is killed and restarted while the API server serves on.
+func checkHungControllerManagerRestarted(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster) {
+	pid := h.b.PIDs(cl.UID)[procControllerManager]
+	require.NotZero(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
+	down := h.await(cl, "controller manager not Ready while hung", func(s backend.State) bool { return !s.Part(backend.PartControllerManager).Ready })
+	assert.Contains(t, down.Part(backend.PartControllerManager).Message, "missed 3 health checks in a row")
+	assert.True(t, down.Ready, "the API server serves on")
+	h.await(cl, "complete again", complete)
+	assert.True(t, processGone(pid), "the hung process was killed")
+	assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[procControllerManager])
+}
+
+// checkHungRestarted stops proc of cl with SIGSTOP and checks that the state says so, and that
+// the process is killed and restarted and the cluster comes back complete with its data.
+func checkHungRestarted(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, cs kubernetes.Interface, proc string) {
+	pid := h.b.PIDs(cl.UID)[proc]
+	require.NotZero(t, pid)
+	before := h.await(cl, "complete", complete)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP)) // alive, but answers nothing
+	down := h.await(cl, "not Ready while hung", func(s backend.State) bool {
+		return !s.Ready && strings.Contains(s.Message, proc+" missed 6 health checks in a row")
 	})
+	assert.Equal(t, backend.ReasonRestarting, down.Reason)
+	up := h.await(cl, "complete again", complete)
+	assert.True(t, processGone(pid), "the hung process was killed")
+	assert.NotEqual(t, pid, h.b.PIDs(cl.UID)[proc])
+	assert.Greater(t, restarts(up), restarts(before))
+	_, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+	assert.NoError(t, err, "the data survives")
+}
+
+// checkRestartAdopts stops the backend of h and checks that its processes stopped; it starts
+// another one on stateDir, for outer, and checks that it adopts cl as it was: endpoint, data,
+// service range. It returns the new harness.
+func checkRestartAdopts(t, outer *testing.T, h *harness, cl *clustersv1alpha1.Cluster, stateDir, endpoint string) *harness {
+	pids := h.b.PIDs(cl.UID)
+	h.stop()
+	for name, pid := range pids {
+		assert.True(t, processGone(pid), "%s (pid %d) stopped with the backend", name, pid)
+	}
+	assert.False(t, portOpen(endpoint))
+	// The new operator has another --local-service-cidr: it is for new clusters only.
+	h2 := startBackendOptions(outer, Options{StateDir: stateDir, MaxClusters: 1, ServiceCIDR: "203.0.113.0/24"}, cl)
+	s := h2.await(cl, "complete after adoption", complete)
+	assert.Equal(t, endpoint, s.Endpoint, "same port")
+	cfg, err := h2.b.AdminConfig(t.Context(), cl)
+	require.NoError(t, err)
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	got, err := cs.CoreV1().ConfigMaps("default").Get(t.Context(), "kept", metav1.GetOptions{})
+	require.NoError(t, err, "same data")
+	assert.Equal(t, "v", got.Data["k"])
+	// The cluster keeps the service range it was created with.
+	now := h2.b.PIDs(cl.UID)
+	for _, proc := range []string{procAPIServer, procControllerManager} {
+		assert.Contains(t, cmdline(t, now[proc]), "--service-cluster-ip-range="+DefaultServiceCIDR, proc)
+	}
+	svc, err := cs.CoreV1().Services("default").Get(t.Context(), "kubernetes", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "198.18.0.1", svc.Spec.ClusterIP)
+	return h2
+}
+
+// checkDeleted deletes cl and checks that its processes, its port and its folder dir are gone.
+func checkDeleted(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, endpoint, dir string) {
+	pids := h.b.PIDs(cl.UID)
+	gone, err := h.b.Delete(t.Context(), cl)
+	require.NoError(t, err)
+	assert.True(t, gone)
+	for name, pid := range pids {
+		assert.True(t, processGone(pid), "%s (pid %d) is gone", name, pid)
+	}
+	assert.False(t, portOpen(endpoint), "the port is closed")
+	assert.NoDirExists(t, dir)
+	_, err = h.b.AdminConfig(t.Context(), cl)
+	assert.Error(t, err)
 }
 
 func TestEnsureRejectsUnservedVersion(t *testing.T) {

@@ -271,29 +271,29 @@ func TestLoadOrCreatePKISecondCall(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
-	// issueAdmin writes an admin certificate signed by the dir's CA that ends at notAfter.
-	issueAdmin := func(t *testing.T, dir string, notAfter time.Time) {
-		t.Helper()
-		p, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
-		require.NoError(t, err)
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		require.NoError(t, err)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(time.Now().UnixNano()),
-			Subject:      pkix.Name{CommonName: adminUser, Organization: []string{adminGroup}},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     notAfter,
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca.Cert, key.Public(), p.ca.Key)
-		require.NoError(t, err)
-		keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
-		require.NoError(t, err)
-		require.NoError(t, p.write(adminCertFile, adminKeyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM))
+// issueAdmin writes an admin certificate signed by the dir's CA that ends at notAfter.
+func issueAdmin(t *testing.T, dir string, notAfter time.Time) {
+	t.Helper()
+	p, err := loadOrCreatePKI(dir, nil, certs.Lifetime{})
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: adminUser, Organization: []string{adminGroup}},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca.Cert, key.Public(), p.ca.Key)
+	require.NoError(t, err)
+	keyPEM, err := keyutil.MarshalPrivateKeyToPEM(key)
+	require.NoError(t, err)
+	require.NoError(t, p.write(adminCertFile, adminKeyFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), keyPEM))
+}
 
+func TestLoadOrCreatePKIReissuesAdminCert(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		corrupt func(t *testing.T, dir string)

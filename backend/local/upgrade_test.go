@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -198,7 +199,19 @@ func TestUpgradePreviousMinor(t *testing.T) {
 	got, err := user.CoreV1().ConfigMaps("kept").Get(t.Context(), "data", metav1.GetOptions{})
 	require.NoError(t, err, "the token issued before the upgrade works after it")
 	assert.Equal(t, prev.Version, got.Data["written-at"], "the data written before the upgrade")
-	for name, bin := range map[string]string{procEtcd: cur.Etcd(), procAPIServer: cur.APIServer(), procControllerManager: cur.ControllerManager()} {
+	assertRunsBinaries(t, h, cl, cur)
+	m, err := readMeta(h.b.Dir(cl.UID))
+	require.NoError(t, err)
+	assert.Equal(t, cur.Version, m.Version, "the record names the new version")
+
+	t.Run("the operator restarted: the cluster is adopted at the new version", func(t *testing.T) {
+		adoptedAtNewVersion(t, h, cl, prev, cur)
+	})
+}
+
+// assertRunsBinaries checks that the processes of cl run the binaries of the folder bins.
+func assertRunsBinaries(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, bins Binaries) {
+	for name, bin := range map[string]string{procEtcd: bins.Etcd(), procAPIServer: bins.APIServer(), procControllerManager: bins.ControllerManager()} {
 		pid := h.b.PIDs(cl.UID)[name]
 		require.NotZero(t, pid, name)
 		exe, err := os.Readlink(filepath.Join("/proc", itoa(pid), "exe"))
@@ -207,31 +220,30 @@ func TestUpgradePreviousMinor(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, exe, "%s runs the new folder's binary", name)
 	}
+}
+
+// adoptedAtNewVersion restarts the operator of h, whose cluster cl was upgraded from prev to cur:
+// the cluster is adopted at cur, and a version whose etcd would skip a line is refused at adoption.
+func adoptedAtNewVersion(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster, prev, cur Binaries) {
+	h.stop()
+	h2 := startBackendWith(t, []Binaries{prev, cur}, filepath.Dir(h.b.Dir(cl.UID)), 1, cl)
+	s := h2.awaitWant(cl, backend.Want{Version: prev.Version}, "adopted", ready)
+	assert.Equal(t, cur.Version, s.Runs, "the record wins over the default")
+	assert.Nil(t, s.VersionChange)
+
+	// Restarted again, now asked for a version whose etcd would skip a line: refused, and
+	// the cluster starts as it ran.
+	h2.stop()
+	next := Binaries{Dir: cur.Dir, Version: "1.38.0", EtcdVersion: "3.9.0"}
+	h3 := startBackendWith(t, []Binaries{prev, cur, next}, filepath.Dir(h.b.Dir(cl.UID)), 1, cl)
+	s = h3.awaitWant(cl, backend.Want{Version: next.Version, Requested: next.Version}, "refused at adoption", ready)
+	require.NotNil(t, s.VersionChange)
+	assert.True(t, s.VersionChange.Refused)
+	assert.Contains(t, s.VersionChange.Message, "etcd moves one release line at a time")
+	assert.Equal(t, cur.Version, s.Runs)
 	m, err := readMeta(h.b.Dir(cl.UID))
 	require.NoError(t, err)
-	assert.Equal(t, cur.Version, m.Version, "the record names the new version")
-
-	t.Run("the operator restarted: the cluster is adopted at the new version", func(t *testing.T) {
-		h.stop()
-		h2 := startBackendWith(t, []Binaries{prev, cur}, filepath.Dir(h.b.Dir(cl.UID)), 1, cl)
-		s := h2.awaitWant(cl, backend.Want{Version: prev.Version}, "adopted", ready)
-		assert.Equal(t, cur.Version, s.Runs, "the record wins over the default")
-		assert.Nil(t, s.VersionChange)
-
-		// Restarted again, now asked for a version whose etcd would skip a line: refused, and
-		// the cluster starts as it ran.
-		h2.stop()
-		next := Binaries{Dir: cur.Dir, Version: "1.38.0", EtcdVersion: "3.9.0"}
-		h3 := startBackendWith(t, []Binaries{prev, cur, next}, filepath.Dir(h.b.Dir(cl.UID)), 1, cl)
-		s = h3.awaitWant(cl, backend.Want{Version: next.Version, Requested: next.Version}, "refused at adoption", ready)
-		require.NotNil(t, s.VersionChange)
-		assert.True(t, s.VersionChange.Refused)
-		assert.Contains(t, s.VersionChange.Message, "etcd moves one release line at a time")
-		assert.Equal(t, cur.Version, s.Runs)
-		m, err := readMeta(h.b.Dir(cl.UID))
-		require.NoError(t, err)
-		assert.Equal(t, cur.Version, m.Version, "the record keeps what runs")
-	})
+	assert.Equal(t, cur.Version, m.Version, "the record keeps what runs")
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
