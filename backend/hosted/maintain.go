@@ -87,7 +87,8 @@ var maintainJobs = jobKind{what: "etcd maintenance", component: ComponentMaintai
 	deadline: maintainDeadline, leaf: clientLeaf, retry: wait.Backoff{Duration: maintainAgain, Factor: 2, Steps: math.MaxInt32, Cap: maintainEvery}}
 
 // maintainEtcd starts a maintenance Job when one is due, and records the report of one that
-// ended. It returns how soon to look again (0: no sooner than otherwise; a Job's end notifies the
+// ended, in ps: the pipeline saves it at its end (no component after maintenanceComponent fails;
+// were the save to fail, the record says a Job runs that is gone, which starts the next one). It returns how soon to look again (0: no sooner than otherwise; a Job's end notifies the
 // Cluster). Nothing of it stops the control plane from serving: a Job that cannot run is tried
 // again later.
 func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, s *Spec, ps *providerStatus, serves bool) (time.Duration, error) {
@@ -104,7 +105,7 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 			ps.Etcd = &etcdHealth{}
 		}
 		ps.Etcd.Running = true
-		return 5 * time.Second, writeRecord(ctx, h, s, *ps)
+		return 5 * time.Second, nil
 	}
 	run, err := t.observe(ctx)
 	switch {
@@ -112,7 +113,7 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 		return 0, err
 	case run.job == nil:
 		ps.Etcd.Running = false // deleted by someone: due again
-		return time.Second, writeRecord(ctx, h, s, *ps)
+		return time.Second, nil
 	case !run.ended:
 		return taskSafetyNet, nil // most end within seconds, and notify the Cluster
 	}
@@ -122,9 +123,6 @@ func (b *Backend) maintainEtcd(ctx context.Context, h *host, cl *clustersv1alpha
 		err = errors.New(r.Message)
 	}
 	b.recordReport(cl, ps.Etcd, run.job, r, err)
-	if err := writeRecord(ctx, h, s, *ps); err != nil {
-		return 0, err // the Job stays: harvested at the next call
-	}
 	return 0, t.drop(ctx, nil)
 }
 
