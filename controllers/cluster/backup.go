@@ -139,9 +139,7 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 			out.requeue = retryBackup
 		default:
 			r.Event(cl, "Normal", ReasonSnapshotTaken, "Backup", "Took snapshot %s of etcd: %d bytes, revision %d, %d keys.", snap.Name, snap.Size, snap.Revision, snap.Keys)
-			if snaps, err = bk.Snapshots(ctx, cl); err != nil {
-				return out, fmt.Errorf("listing the snapshots: %w", err)
-			}
+			snaps = withNewest(snaps, snap, keep)
 			if err := kit.RemoveAnnotation(ctx, r.Client, cl, backend.AnnotationSnapshot); err != nil {
 				return out, fmt.Errorf("after the snapshot: %w", err)
 			}
@@ -211,3 +209,18 @@ func forgetBackups(cl *clustersv1alpha1.Cluster) {
 }
 
 func refName(cl *clustersv1alpha1.Cluster) string { return client.ObjectKeyFromObject(cl).String() }
+
+// withNewest is snaps (newest first) after snap was taken and all but the newest keep kept, as the
+// backend keeps them (Backups.Snapshot): no second listing.
+func withNewest(snaps []backend.Snapshot, snap backend.Snapshot, keep int) []backend.Snapshot {
+	out := []backend.Snapshot{snap}
+	for _, s := range snaps {
+		if s.Name != snap.Name {
+			out = append(out, s)
+		}
+	}
+	if keep > 0 && len(out) > keep {
+		out = out[:keep]
+	}
+	return out
+}
