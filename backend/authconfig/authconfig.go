@@ -22,6 +22,7 @@ import (
 	"time"
 
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 )
 
@@ -75,6 +76,15 @@ func WriteIfChanged(path string, data []byte) (bool, error) {
 		return false, fmt.Errorf("writing the authentication configuration: %w", err)
 	}
 	return true, nil
+}
+
+// AppliedAt is Applied for the API server of the admin config cfg.
+func AppliedAt(ctx context.Context, cfg *rest.Config, data []byte) (bool, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false, err
+	}
+	return Applied(ctx, hc, cfg.Host, data)
 }
 
 // Applied reports whether the API server at host, read through c (authenticated with the right to

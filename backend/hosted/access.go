@@ -133,11 +133,7 @@ func (b *Backend) setJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if err != nil {
 		return false, err
 	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return false, err
-	}
-	return authconfig.Applied(ctx, hc, cfg.Host, data)
+	return authconfig.AppliedAt(ctx, cfg, data)
 }
 
 func hashOf(ss []string) string {

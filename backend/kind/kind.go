@@ -380,11 +380,7 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if err != nil {
 		return false, err
 	}
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return false, err
-	}
-	return authconfig.Applied(ctx, hc, cfg.Host, data)
+	return authconfig.AppliedAt(ctx, cfg, data)
 }
 
 func (b *Backend) authDir(uid types.UID) string {
