@@ -339,11 +339,15 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	if s.Encryption != "" {
 		podMeta.Annotations[AnnotationEncryption] = s.Encryption
 	}
+	replicas := s.replicas(ComponentAPIServer)
+	if s.APIServersStopped {
+		replicas = 0
+	}
 	return stamp(&appsv1.Deployment{
 		TypeMeta:   typeMeta("apps/v1", "Deployment"),
 		ObjectMeta: m,
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(s.replicas(ComponentAPIServer)),
+			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentAPIServer)},
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
 				MaxSurge: ptr.To(intstr.FromString("100%")), MaxUnavailable: ptr.To(intstr.FromInt32(0)),

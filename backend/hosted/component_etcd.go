@@ -360,8 +360,8 @@ func (s *Spec) dataDir() string {
 const SecretRestoreToken = "restore-token"
 
 // restoreInit adds to etcd's pod the init container that restores s.EtcdRestore into its data
-// folder, as the member it is (env: its name), before etcd starts: cmd/etcd-snapshot restore,
-// which does nothing once the folder exists.
+// folder, as the member it is (env: its name), of a new etcd cluster (etcdClusterToken), before
+// etcd starts: cmd/etcd-snapshot restore, which does nothing once the folder exists.
 func (s *Spec) restoreInit(pod *corev1.PodSpec, env []corev1.EnvVar) {
 	name, peers, initial := "default", fmt.Sprintf("http://127.0.0.1:%d", portEtcdPeer), fmt.Sprintf("default=http://127.0.0.1:%d", portEtcdPeer)
 	if s.HighAvailability {
@@ -378,7 +378,8 @@ func (s *Spec) restoreInit(pod *corev1.PodSpec, env []corev1.EnvVar) {
 		Image:   s.Image,
 		Command: []string{binDir + "etcd-snapshot"},
 		Args: []string{"restore", "--url=" + s.EtcdRestore.URL, "--sha256=" + s.EtcdRestore.SHA256, "--token-file=" + tokenMount + "/token",
-			"--ca=" + etcdPKIMount + "/ca.crt", "--data-dir=" + s.dataDir(), "--name=" + name, "--initial-cluster=" + initial, "--initial-advertise-peer-urls=" + peers},
+			"--ca=" + etcdPKIMount + "/ca.crt", "--data-dir=" + s.dataDir(), "--name=" + name, "--initial-cluster=" + initial, "--initial-advertise-peer-urls=" + peers,
+			"--initial-cluster-token=" + etcdClusterToken(s.Namespace, s.EtcdDataDir)},
 		Env:       env,
 		Resources: s.Etcd,
 		VolumeMounts: []corev1.VolumeMount{

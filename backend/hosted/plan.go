@@ -139,6 +139,9 @@ type Spec struct {
 	EtcdRestore *RestoreSource
 	// Restoring lets etcd's pods reach the snapshot serves of BackupNamespace (NetworkPolicy).
 	Restoring bool
+	// APIServersStopped scales the API servers' Deployment to zero while a restore swaps etcd's
+	// data and until every member runs the restored data (restore.go).
+	APIServersStopped bool
 	// RestoredMark on the API server's pod template rolls the API servers after a restore: their
 	// watches and caches start anew on the restored data.
 	RestoredMark string

@@ -17,8 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	appsv1 "k8s.io/api/apps/v1"
-
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
@@ -33,18 +31,31 @@ import (
 //     of the snapshot's Cluster, checks the snapshot (SHA-256 as recorded, etcdutl reads it) and
 //     serves it over HTTPS (a certificate of the restored control plane's etcd CA) to whoever
 //     shows a token made for this restore; a refusal ends the restore here, nothing changed;
-//  2. etcd: once the serve is ready, etcd's StatefulSet gets a new data folder (restored-<time>)
-//     and an init container that fetches the snapshot, checks its SHA-256 and restores it there
-//     (etcdutl), as the member it is; every etcd pod is replaced at once (a highly available etcd
-//     restores all its members together). The previous data folder stays on the claims;
-//  3. apiserver: the API servers roll (their watches and caches start anew on the restored data);
-//     once they serve, the restore is done: State.Restored reports it and the serve goes.
+//  2. stop: once the serve is ready, the API servers (and their controller managers) are scaled
+//     to zero, and the restore waits until none runs: an API server's watch cache would go on
+//     serving the old data while etcd's is swapped under it;
+//  3. etcd: etcd's StatefulSet gets a new data folder (restored-<time>) and an init container that
+//     fetches the snapshot, checks its SHA-256 and restores it there (etcdutl, the revision bumped
+//     and marked compacted, so that every watch from before the restore ends in 410 Gone), as the
+//     member it is, into a NEW etcd cluster (its own --initial-cluster-token: a new cluster ID,
+//     which no member running the old data can join); every etcd pod is replaced at once (a highly
+//     available etcd restores all its members together from one snapshot). The previous data
+//     folder stays on the claims. The API servers stay stopped until EVERY member runs the
+//     restored data, however long that takes (a member whose node is cordoned or lost): the
+//     cluster is stopped on the restored data, never a mix of old and restored members, and
+//     never "reverted" to the old folder (its members would not agree with the restored ones).
+//     Meanwhile the state says which members are not done and, after restoreTimeout, what to do;
+//     a serve that ended before every member fetched the snapshot is made anew;
+//  4. apiserver: the API servers start again (their watches and caches start anew on the
+//     restored data); once they serve, the restore is done: State.Restored reports it and the
+//     serve goes.
 //
 // A new Cluster with backend.AnnotationRestoreFrom starts the same way, at 2, from its first pod.
 
 // Phases of a restore.
 const (
 	restoreServe     = "serve"
+	restoreStop      = "stop"
 	restoreEtcd      = "etcd"
 	restoreAPIServer = "apiserver"
 )
@@ -58,10 +69,13 @@ type restoreRun struct {
 	PreviousDataDir string    `json:"previousDataDir,omitempty"`
 	Phase           string    `json:"phase"`
 	Started         time.Time `json:"started"`
+	// EtcdStarted is when etcd's pods were replaced (step etcd): how long its members take.
+	EtcdStarted time.Time `json:"etcdStarted,omitzero"`
 }
 
-// restoreTimeout bounds a restore: a serve that is not ready, or etcd that does not run the
-// restored data, by then fails it.
+// restoreTimeout bounds a restore's serve: one not ready by then fails the restore, before
+// anything changed. Once etcd's data is swapped nothing bounds the restore: after restoreTimeout
+// its state says what keeps etcd's members from the restored data.
 const restoreTimeout = 15 * time.Minute
 
 // CheckRestore checks that snapshot name is one of cl's (its list in BackupNamespace) and fits the
@@ -149,6 +163,7 @@ func restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps 
 func (s *Spec) restoreSpec(ps providerStatus) {
 	s.EtcdDataDir, s.EtcdRestore, s.RestoredMark = ps.EtcdDataDir, ps.EtcdRestoredFrom, ps.RestoredMark
 	s.Restoring = ps.Restore != nil
+	s.APIServersStopped = stopsAPIServers(ps.Restore)
 }
 
 // advanceRestore carries ps.Restore on by one step where it can (see the top of this file) and
@@ -166,47 +181,15 @@ func (b *Backend) advanceRestore(ctx context.Context, h *host, cl *clustersv1alp
 		ps.Restore = nil
 		return "", b.endServe(ctx, h, s.Namespace)
 	}
-	if time.Since(run.Started) > restoreTimeout && run.Phase != restoreAPIServer {
-		if run.PreviousDataDir != "" && run.Phase == restoreEtcd {
-			// etcd does not run the restored data: back to the data it had.
-			ps.EtcdDataDir, ps.EtcdRestoredFrom = prevDir(run.PreviousDataDir), nil
-			return fail(fmt.Sprintf("restoring snapshot %s did not finish in %s; etcd runs its previous data folder %s again", run.Snapshot.Name, restoreTimeout, run.PreviousDataDir))
-		}
-		return fail(fmt.Sprintf("restoring snapshot %s did not finish in %s (see the pods of Job %s/%s)", run.Snapshot.Ref(), restoreTimeout, BackupNamespace, serveName(s.Namespace)))
-	}
 	switch run.Phase {
 	case restoreServe:
 		return b.serveStep(ctx, h, s, ps, msg, fail)
+	case restoreStop:
+		return stopStep(ctx, h, s, ps, msg)
 	case restoreEtcd:
-		if _, err := b.ensureServe(ctx, h, s, run); err != nil {
-			return "", err
-		}
-		sts := &appsv1.StatefulSet{}
-		if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts); err != nil {
-			return "", client.IgnoreNotFound(err)
-		}
-		rolled, err := replaceEtcdPods(ctx, h, s, sts)
-		if err != nil || !rolled {
-			return msg + ": etcd's pods restore it into " + run.DataDir + ".", err
-		}
-		run.Phase = restoreAPIServer
-		ps.RestoredMark = run.DataDir
-		return msg + ": etcd runs the restored data; the API servers start anew.", nil
+		return b.etcdStep(ctx, h, s, ps, msg)
 	case restoreAPIServer:
-		dep := &appsv1.Deployment{}
-		if err := h.client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameAPIServer}, dep); client.IgnoreNotFound(err) != nil {
-			return "", err
-		}
-		if dep.Spec.Template.Annotations[AnnotationRestored] != ps.RestoredMark || !rolledOut(dep) || oldAPIServers(ctx, h, s) {
-			return msg + ": the API servers start anew on the restored data.", nil
-		}
-		ps.Restored = &backend.Restored{Snapshot: run.Snapshot, At: time.Now().UTC().Truncate(time.Second)}
-		if run.PreviousDataDir != "" {
-			ps.Restored.MovedAside = fmt.Sprintf("folder %s of etcd's claims, kept beside %s that etcd runs now", run.PreviousDataDir, run.DataDir)
-		}
-		ps.Restore = nil
-		b.opts.Logger.Info("Restored a hosted control plane from a snapshot", "cluster", backend.RefOf(cl).String(), "snapshot", run.Snapshot.Ref())
-		return "", b.endServe(ctx, h, s.Namespace)
+		return b.apiServerStep(ctx, h, cl, s, ps, msg)
 	}
 	return "", fmt.Errorf("the record of %s holds a restore in an unknown step %q", s.Namespace, run.Phase)
 }
@@ -230,53 +213,23 @@ func (b *Backend) serveStep(ctx context.Context, h *host, s *Spec, ps *providerS
 		}
 		// It served every member already (a new cluster's pods fetch from their start).
 	} else if ptr.Deref(serve.job.Status.Ready, 0) == 0 {
+		if time.Since(run.Started) > restoreTimeout {
+			why := fmt.Sprintf("restoring snapshot %s did not start in %s: its serve is not ready (see the pods of Job %s/%s)", run.Snapshot.Ref(), restoreTimeout, BackupNamespace, serve.job.Name)
+			if run.PreviousDataDir != "" {
+				why += "; nothing changed"
+			}
+			return fail(why)
+		}
 		return msg + ": its snapshot is checked and served (Job " + BackupNamespace + "/" + serve.job.Name + ").", nil
 	}
-	// The serve checked the snapshot and serves it: etcd goes to the new data folder.
-	run.Phase = restoreEtcd
-	ps.EtcdDataDir = run.DataDir
-	ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(s.Namespace), SHA256: run.Snapshot.SHA256}
-	return msg + ": etcd's pods restore it into " + run.DataDir + ".", nil
-}
-
-// prevDir is the record's EtcdDataDir for data folder dir.
-func prevDir(dir string) string {
-	if dir == "data" {
-		return ""
+	// The serve checked the snapshot and serves it: the API servers stop (a new cluster's etcd
+	// restores it from its first pod, and its API servers wait for it).
+	if run.PreviousDataDir != "" {
+		run.Phase = restoreStop
+		return msg + ": " + stopping, nil
 	}
-	return dir
-}
-
-// replaceEtcdPods deletes every etcd pod that does not run the StatefulSet's current template once
-// the StatefulSet controller has seen it, so that all members start on the restored data together
-// (a rolling update would wait for a restored member that cannot be ready alone), and reports
-// whether all of them run it, ready.
-func replaceEtcdPods(ctx context.Context, h *host, s *Spec, sts *appsv1.StatefulSet) (bool, error) {
-	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
-		return false, nil
-	}
-	pods := &corev1.PodList{}
-	if err := h.client.List(ctx, pods, client.InNamespace(s.Namespace), client.MatchingLabels(s.selector(ComponentEtcd))); err != nil {
-		return false, err
-	}
-	ready := 0
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Labels[appsv1.StatefulSetRevisionLabel] != sts.Status.UpdateRevision {
-			if p.DeletionTimestamp == nil {
-				if err := h.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-					return false, fmt.Errorf("deleting etcd pod %s/%s for the restore: %w", p.Namespace, p.Name, err)
-				}
-			}
-			continue
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
-				ready++
-			}
-		}
-	}
-	return ready >= int(s.replicas(ComponentEtcd)), nil
+	swapEtcd(s, ps)
+	return msg + ": etcd's members restore it into " + run.DataDir + ".", nil
 }
 
 // Names of a restore's objects in BackupNamespace: the serve's Job, Service and Secret (its

@@ -312,7 +312,7 @@ func (b *Backend) restoreData(dir string, bins Binaries, m *meta, now time.Time)
 		}
 	}
 	peer := "unix://" + etcdPeerSocket
-	if err := b.store(bins).Restore(context.Background(), b.store(bins).File(s.Cluster, s.Name), staging, "default", "default="+peer, peer); err != nil {
+	if err := b.store(bins).Restore(context.Background(), b.store(bins).File(s.Cluster, s.Name), staging, "default", "default="+peer, peer, ""); err != nil {
 		return "", err
 	}
 	aside := ""

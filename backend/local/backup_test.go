@@ -58,9 +58,10 @@ type drill struct {
 // issued a token, a snapshot is taken (checked, 0600, outside the cluster's folder), more data is
 // written, and then etcd's data folder is destroyed while the operator is down. The cluster comes
 // back EMPTY (DataLost); bad restores are refused and change nothing; the restore brings back the
-// data written before the snapshot (not the later), on the same endpoint, and the token issued
-// before works again. A new Cluster made from the snapshot starts with its data; a bad reference
-// makes nothing. Keeping the newest snapshots removes the older.
+// data written before the snapshot (not the later), on the same endpoint, the token issued
+// before works again, and a watch from a resourceVersion handed out before the restore ends in
+// 410 Gone (the restore bumps etcd's revision and marks it compacted). A new Cluster made from
+// the snapshot starts with its data; a bad reference makes nothing. Keeping the newest snapshots removes the older.
 func TestBackupRestoreDrill(t *testing.T) {
 	d := startDrill(t)
 	d.snapshotTaken(t)
@@ -216,9 +217,11 @@ func (d *drill) badRestoresRefused(t *testing.T) {
 }
 
 // restored restores the snapshot: the cluster comes back on the snapshot's data, on the same
-// endpoint and CA, and the token issued before the snapshot works again.
+// endpoint and CA, the token issued before the snapshot works again, and a watch from a
+// resourceVersion handed out before the restore ends in 410 Gone.
 func (d *drill) restored(t *testing.T) {
 	h, cl, cs, made := d.h, d.cl, d.cs, d.made
+	seen := seenBeforeRestore(t, cs)
 	require.NoError(t, h.b.Restore(t.Context(), cl, d.snap.Name))
 	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
@@ -234,6 +237,7 @@ func (d *drill) restored(t *testing.T) {
 	assert.True(t, configMapExists(t, cs, "before-1"))
 	assert.True(t, configMapExists(t, cs, "before-2"))
 	assert.False(t, configMapExists(t, cs, "after"), "written after the snapshot")
+	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { watchFromBeforeRestoreGone(t, cs, seen) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := d.user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
 		assert.NoError(c, err, "the token issued before the snapshot works again")

@@ -262,19 +262,46 @@ func Refuse(format string, args ...any) error {
 	return backend.Errorf(backend.ReasonRestoreRefused, "restore refused, nothing changed: "+format, args...)
 }
 
+// RevisionBump is how far a restore moves etcd's revision past the snapshot's, and the restored
+// data is marked compacted up to there (etcdutl --bump-revision --mark-compacted, which etcd made
+// for this: Kubernetes' etcd restore guidance). Without it the restored revision is the
+// snapshot's, below what clients saw after the snapshot: a watch from a resourceVersion handed out
+// before the restore would get the new history as if it continued the old one, and never learn of
+// the objects written after the snapshot that are gone. Bumped and compacted, every such watch
+// ends in 410 Gone (its revision is compacted) and its client lists anew. The bump must exceed the
+// revisions the cluster made between the snapshot and the restore, which nobody may know any more
+// (the data may be lost): a billion, as Kubernetes' guidance suggests, is more than a cluster
+// writing a thousand changes a second makes in eleven days, and an int64 revision has room for
+// nine billion such restores.
+const RevisionBump = 1_000_000_000
+
+// MinEtcdutl is the first etcdutl release with --bump-revision and --mark-compacted (3.5.10; every
+// 3.6 and 3.7 has them).
+const MinEtcdutl = "3.5.10"
+
 // Restore writes snapshot file into a new etcd data folder dataDir (which must not exist) for
-// member name of initialCluster, advertising peerURLs: etcdutl snapshot restore, through a
-// ".part" folder, so that dataDir exists only complete.
-func (s Store) Restore(ctx context.Context, file, dataDir, name, initialCluster, peerURLs string) error {
+// member name of initialCluster, advertising peerURLs, in the etcd cluster of token (its
+// --initial-cluster-token: a new one makes a new cluster ID, which no member of an older cluster
+// can join; "" is etcd's default): etcdutl snapshot restore, through a ".part" folder, so that
+// dataDir exists only complete. The revision is bumped by RevisionBump and marked compacted.
+func (s Store) Restore(ctx context.Context, file, dataDir, name, initialCluster, peerURLs, token string) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
 	part := dataDir + ".part"
 	if err := os.RemoveAll(part); err != nil { // what an interrupted restore left: derived from the snapshot
 		return err
 	}
-	if out, err := run(ctx, "", s.Etcdutl, "snapshot", "restore", file, "--data-dir="+part,
-		"--name="+name, "--initial-cluster="+initialCluster, "--initial-advertise-peer-urls="+peerURLs); err != nil {
+	args := []string{"snapshot", "restore", file, "--data-dir=" + part, "--name=" + name, "--initial-cluster=" + initialCluster,
+		"--initial-advertise-peer-urls=" + peerURLs, fmt.Sprintf("--bump-revision=%d", RevisionBump), "--mark-compacted"}
+	if token != "" {
+		args = append(args, "--initial-cluster-token="+token)
+	}
+	if out, err := run(ctx, "", s.Etcdutl, args...); err != nil {
 		os.RemoveAll(part)
+		if strings.Contains(out, "unknown flag") {
+			return fmt.Errorf("etcdutl snapshot restore: %s: %s is older than etcdutl %s, which restores with --bump-revision and --mark-compacted (so that clients' watches end in 410 Gone): use the etcdutl of etcd %s or later",
+				LastLine(out), s.Etcdutl, MinEtcdutl, MinEtcdutl)
+		}
 		return fmt.Errorf("etcdutl snapshot restore: %w: %s", err, LastLine(out))
 	}
 	return os.Rename(part, dataDir)

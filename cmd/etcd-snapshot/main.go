@@ -14,9 +14,10 @@
 //	    --defrag, fragmented members defragmented one at a time), its report written as JSON to
 //	    --result (the backend reads it: EtcdHealthy).
 //	etcd-snapshot restore --url URL --token-file F --ca CA --sha256 S --data-dir DIR
-//	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P
-//	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl) into DIR for
-//	    member MEMBER; nothing to do when DIR exists (a restore already made).
+//	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P [--initial-cluster-token T]
+//	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl, the revision
+//	    bumped and marked compacted: snapshots.RevisionBump) into DIR for member MEMBER of the etcd
+//	    cluster of token T; nothing to do when DIR exists (a restore already made).
 package main
 
 import (
@@ -214,6 +215,7 @@ func restore(ctx context.Context, args []string) error {
 	name := fs.String("name", "", "the etcd member's name")
 	initial := fs.String("initial-cluster", "", "etcd's --initial-cluster")
 	peers := fs.String("initial-advertise-peer-urls", "", "the member's peer URLs")
+	clusterToken := fs.String("initial-cluster-token", "", "the restored etcd cluster's token: a new one per restore makes a new cluster ID, which no member of the old cluster can join")
 	_ = fs.Parse(args)
 	if _, err := os.Stat(*dataDir); err == nil {
 		fmt.Printf("%s exists: restored already\n", *dataDir)
@@ -253,7 +255,7 @@ func restore(ctx context.Context, args []string) error {
 	if got != *sum {
 		return fmt.Errorf("the snapshot fetched has SHA-256 %s, not %s: not restored", got, *sum)
 	}
-	if err := store("").Restore(ctx, file, *dataDir, *name, *initial, *peers); err != nil {
+	if err := store("").Restore(ctx, file, *dataDir, *name, *initial, *peers, *clusterToken); err != nil {
 		return err
 	}
 	fmt.Printf("restored the snapshot into %s\n", *dataDir)
