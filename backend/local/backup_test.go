@@ -221,7 +221,7 @@ func (d *drill) badRestoresRefused(t *testing.T) {
 // resourceVersion handed out before the restore ends in 410 Gone.
 func (d *drill) restored(t *testing.T) {
 	h, cl, cs, made := d.h, d.cl, d.cs, d.made
-	seen := seenBeforeRestore(t, cs)
+	seen := seenBeforeRestore(t, cs, d.snap.Revision)
 	require.NoError(t, h.b.Restore(t.Context(), cl, d.snap.Name))
 	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)

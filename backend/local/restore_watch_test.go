@@ -1,7 +1,6 @@
 package local
 
 import (
-	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -15,15 +14,31 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// seenBeforeRestore writes ConfigMaps into the cluster as it runs before a restore (after the
-// snapshot: the restore takes them away) and returns the resourceVersion of a list of every
-// ConfigMap, as a client that lists and then watches holds it.
-func seenBeforeRestore(t *testing.T, cs kubernetes.Interface) string {
+// beforeRestoreMargin is how far past the snapshot's revision a client's resourceVersion is taken
+// before a restore: more than the restored API server writes as it starts (leases, events), so
+// that its watch cache, which starts at its first list, still holds that resourceVersion and only
+// the revision bump (not the cache's start) can answer 410 Gone.
+const beforeRestoreMargin = 500
+
+// seenBeforeRestore writes ConfigMaps into the cluster as it runs before a restore (the restore
+// takes them away) until its revision is beforeRestoreMargin past snapshotRevision, and returns the
+// resourceVersion of a list of every ConfigMap, as a client that lists and then watches holds it.
+func seenBeforeRestore(t *testing.T, cs kubernetes.Interface, snapshotRevision int64) string {
 	t.Helper()
-	for i := range 3 {
-		_, err := cs.CoreV1().ConfigMaps(metav1.NamespaceDefault).Create(t.Context(),
-			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lost-%d", i)}}, metav1.CreateOptions{})
+	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pre-restore"}}, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
 		require.NoError(t, err)
+	}
+	for i := 0; ; i++ {
+		cm, err := cs.CoreV1().ConfigMaps("pre-restore").Create(t.Context(),
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "lost-"}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		rv, err := strconv.ParseInt(cm.ResourceVersion, 10, 64)
+		require.NoError(t, err, "etcd's resourceVersions are its revisions")
+		if rv > snapshotRevision+beforeRestoreMargin {
+			break
+		}
+		require.Less(t, i, 10000, "the revision (%d) does not pass the snapshot's (%d)", rv, snapshotRevision)
 	}
 	list, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err)

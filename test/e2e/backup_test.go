@@ -118,9 +118,10 @@ func TestLocalRestoreDrill(t *testing.T) {
 
 // listed is a snapshot as status.providerStatus.backups lists it.
 type listed struct {
-	Name  string    `json:"name"`
-	Taken time.Time `json:"taken"`
-	Size  int64     `json:"size"`
+	Name     string    `json:"name"`
+	Taken    time.Time `json:"taken"`
+	Size     int64     `json:"size"`
+	Revision int64     `json:"revision"`
 }
 
 // backupsOf reads the snapshots listed in cl's status.

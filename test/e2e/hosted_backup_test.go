@@ -120,7 +120,8 @@ func TestHostedBackupOnKind(t *testing.T) {
 // pod deleted: the StatefulSet makes a new, empty one); a restore of a snapshot that does not
 // exist is refused; the restore (kubectl annotate) brings back what was written before the
 // snapshot and not after, on the same endpoint, and the kubeconfig issued before works again; a
-// new Cluster made from the snapshot has the data too.
+// watch from a resourceVersion handed out before the restore ends in 410 Gone; a new Cluster
+// made from the snapshot has the data too.
 func TestHostedRestoreDrill(t *testing.T) {
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
@@ -178,6 +179,9 @@ func TestHostedRestoreDrill(t *testing.T) {
 	cond := awaitCondition(t, c, cl, cluster.ConditionRestored, backend.ReasonRestoreRefused)
 	assert.Contains(t, cond.Message, "there is no snapshot")
 
+	// A client lists (and would watch) the data etcd has before the restore, past the snapshot's
+	// revision.
+	seen := seenBeforeRestore(t, admin, snap.Revision)
 	start := time.Now()
 	annotate(backend.AnnotationRestore, snap.Name)
 	cond = awaitCondition(t, c, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
@@ -193,6 +197,7 @@ func TestHostedRestoreDrill(t *testing.T) {
 		_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		assert.NoError(ct, err, "the kubeconfig issued before the snapshot works again")
 	}, 2*time.Minute, poll, "the snapshot's data, through the same kubeconfigs")
+	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { watchFromBeforeRestoreGone(t, admin, seen) })
 
 	// A new Cluster from the snapshot.
 	copyOf := &clustersv1alpha1.Cluster{
