@@ -32,10 +32,13 @@
 #      a renewal rolls an API server under a polling client without a failed request) and
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
 #      deleted together, then a worker drained, under a polling client without a failed request)
+#      and TestHostedHARestoreCordonedOnKind (a highly available restore with one member's node
+#      cordoned: Restoring, the API servers at zero, nothing served until the node is uncordoned,
+#      then the snapshot's data, 410 Gone for a watch from before, later writes kept)
 #      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
 #      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster) and
-#      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, and a
-#      new Cluster made from it);
+#      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, a watch
+#      from before it ending in 410 Gone, and a new Cluster made from it);
 #   6. TestScenarioKindBackend and TestRealKind: the operator binary with --kind-backend on this
 #      machine, a Cluster of backend kind becomes a kind cluster made from the same node image.
 # The platform cluster is deleted at the end unless KEEP=1. Needs a Docker engine and kubectl.
@@ -214,7 +217,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 
