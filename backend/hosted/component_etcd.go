@@ -387,6 +387,8 @@ func (s *Spec) restoreInit(pod *corev1.PodSpec, env []corev1.EnvVar) {
 			{Name: "pki", MountPath: etcdPKIMount, ReadOnly: true},
 			{Name: "restore", MountPath: tokenMount, ReadOnly: true},
 		},
+		// Why a restore fails (its last words) is in the pod's status: the restore's state names it.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 	harden(&c)
 	pod.InitContainers = append(pod.InitContainers, c)

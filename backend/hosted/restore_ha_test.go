@@ -46,7 +46,9 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	require.NoError(t, updateCatalog(ctx, hst, s, snap, nil))
 	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
 	require.Equal(t, int32(haAPIServers), ptr.Deref(dep.Spec.Replicas, 0))
-	setStatus(t, dep, func() { dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: haAPIServers, UpdatedReplicas: haAPIServers, AvailableReplicas: haAPIServers} })
+	setStatus(t, dep, func() {
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: haAPIServers, UpdatedReplicas: haAPIServers, AvailableReplicas: haAPIServers}
+	})
 	apiPod := makePod(t, ns, "apiserver-1", map[string]string{LabelComponent: ComponentAPIServer})
 
 	require.NoError(t, h.b.Restore(ctx, cl, snap.Name))
@@ -69,7 +71,9 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 		h.ensure(t, cl)
 		assert.Equal(t, restoreStop, record(t, cl).Restore.Phase, "an API server pod is left: it still serves")
 		require.NoError(t, env.Client.Delete(ctx, apiPod))
-		require.Eventually(t, func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(apiPod), &corev1.Pod{})) }, 10*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(apiPod), &corev1.Pod{}))
+		}, 10*time.Second, 20*time.Millisecond)
 		h.ensure(t, cl)
 		rec := record(t, cl)
 		assert.Equal(t, restoreEtcd, rec.Restore.Phase)
@@ -102,7 +106,9 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 
 	t.Run("a member that cannot start keeps the cluster stopped on the restored data, however long", func(t *testing.T) {
 		st := h.ensure(t, cl)
-		require.Eventually(t, func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Pod{})) },
+		require.Eventually(t, func() bool {
+			return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(old), &corev1.Pod{}))
+		},
 			10*time.Second, 20*time.Millisecond, "the pod of the old data is replaced")
 		assert.Contains(t, st.Message, NameEtcd+"-2 (its pod of the old data is replaced)")
 		etcdPod(2, "new", corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: "0/3 nodes are available: 1 node(s) were unschedulable."})
@@ -192,4 +198,32 @@ func backdateRestore(t *testing.T, cl *clustersv1alpha1.Cluster, d time.Duration
 	require.NoError(t, err)
 	cm.Data[recordKey] = string(raw)
 	require.NoError(t, env.Client.Update(t.Context(), cm))
+}
+
+// TestMemberState: what a restore's state says of an etcd pod of the restored data.
+func TestMemberState(t *testing.T) {
+	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
+	failed := corev1.ContainerStatus{Name: "restore", RestartCount: 3,
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Message: "fetching...\nflag provided but not defined: -initial-cluster-token\n"}},
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}
+	restored := corev1.ContainerStatus{Name: "restore", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		pod  corev1.Pod
+		want string
+	}{
+		{"ready", corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{ready}}}, ""},
+		{"terminating", corev1.Pod{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &now}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{ready}}}, "terminating"},
+		{"not scheduled", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+			Reason: "Unschedulable", Message: "0/3 nodes are available.\nmore"}}}}, "not scheduled: Unschedulable 0/3 nodes are available."},
+		{"restoring", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: "restore",
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}, "restoring the snapshot"},
+		{"its restore fails", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{failed}}},
+			"its restore failed 3 times, last: flag provided but not defined: -initial-cluster-token"},
+		{"restored, etcd not ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, InitContainerStatuses: []corev1.ContainerStatus{restored}}}, "not ready"},
+		{"just made", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, "pending"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, memberState(&tc.pod)) })
+	}
 }

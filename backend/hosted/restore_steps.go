@@ -13,6 +13,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 )
 
 // The steps of a restore after its serve (restore.go): stop, etcd, apiserver.
@@ -189,6 +190,11 @@ func memberState(p *corev1.Pod) string {
 		}
 	}
 	for _, c := range p.Status.InitContainerStatuses {
+		if last := c.LastTerminationState.Terminated; last != nil && last.ExitCode != 0 && (c.State.Terminated == nil || c.State.Terminated.ExitCode != 0) {
+			// A control-plane image built before its etcd-snapshot knew --initial-cluster-token
+			// says "flag provided but not defined": rebuild it (make controlplane-image).
+			return fmt.Sprintf("its restore failed %d times, last: %s", c.RestartCount, snapshots.LastLine(last.Message))
+		}
 		if c.State.Terminated == nil || c.State.Terminated.ExitCode != 0 {
 			return "restoring the snapshot"
 		}
