@@ -3,6 +3,7 @@ package hosted
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	setStatus(t, dep, func() {
 		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: haAPIServers, UpdatedReplicas: haAPIServers, AvailableReplicas: haAPIServers}
 	})
-	apiPod := makePod(t, ns, "apiserver-1", map[string]string{LabelComponent: ComponentAPIServer})
+	apiPod := makePod(t, ns, "apiserver-1", dep.Spec.Template.Labels, dep.Spec.Template.Spec)
 
 	require.NoError(t, h.b.Restore(ctx, cl, snap.Name))
 	h.ensure(t, cl)
@@ -94,9 +95,13 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	})
 	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
 	etcdPod := func(i int, rev string, conds ...corev1.PodCondition) *corev1.Pod {
-		labels := s.selector(ComponentEtcd)
+		labels := maps.Clone(sts.Spec.Template.Labels)
 		labels[appsv1.StatefulSetRevisionLabel] = rev
-		p := makePod(t, ns, fmt.Sprintf("%s-%d", NameEtcd, i), labels)
+		name := fmt.Sprintf("%s-%d", NameEtcd, i)
+		spec := sts.Spec.Template.Spec.DeepCopy()
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}})
+		p := makePod(t, ns, name, labels, *spec)
 		setStatus(t, p, func() { p.Status.Conditions = conds })
 		return p
 	}
@@ -132,7 +137,7 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 		job := get(t, &batchv1.Job{}, BackupNamespace, serveName(ns))
 		now := metav1.Now()
 		setStatus(t, job, func() {
-			job.Status.StartTime, job.Status.Failed = &now, 1
+			job.Status.StartTime, job.Status.Failed, job.Status.Ready = &now, 1, ptr.To[int32](0)
 			job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"},
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "2 of 3 clients fetched the snapshot"}}
 		})
@@ -170,11 +175,11 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	})
 }
 
-// makePod creates pod name in ns with labels (envtest runs none: no kubelet ever starts it).
-func makePod(t *testing.T, ns, name string, labels map[string]string) *corev1.Pod {
+// makePod creates pod name in ns with labels and spec, as its workload's controller would (envtest
+// runs none, and no kubelet ever starts it).
+func makePod(t *testing.T, ns, name string, labels map[string]string, spec corev1.PodSpec) *corev1.Pod {
 	t.Helper()
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image1}}}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}, Spec: spec}
 	require.NoError(t, env.Client.Create(t.Context(), p))
 	return p
 }
