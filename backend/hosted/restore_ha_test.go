@@ -48,7 +48,7 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
 	require.Equal(t, int32(haAPIServers), ptr.Deref(dep.Spec.Replicas, 0))
 	setStatus(t, dep, func() {
-		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: haAPIServers, UpdatedReplicas: haAPIServers, AvailableReplicas: haAPIServers}
+		dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: haAPIServers, UpdatedReplicas: haAPIServers, AvailableReplicas: haAPIServers, ReadyReplicas: haAPIServers}
 	})
 	apiPod := makePod(t, ns, "apiserver-1", dep.Spec.Template.Labels, dep.Spec.Template.Spec)
 
@@ -56,7 +56,7 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 	h.ensure(t, cl)
 	job := get(t, &batchv1.Job{}, BackupNamespace, serveName(ns))
 	started := metav1.Now()
-	setStatus(t, job, func() { job.Status.StartTime, job.Status.Ready = &started, ptr.To[int32](1) })
+	setStatus(t, job, func() { job.Status.StartTime, job.Status.Active, job.Status.Ready = &started, 1, ptr.To[int32](1) })
 	h.cached(t, job.Name)
 
 	t.Run("the API servers stop before etcd's data is swapped", func(t *testing.T) {
@@ -135,9 +135,8 @@ func TestHARestoreAllOrNothing(t *testing.T) {
 
 	t.Run("a serve that ended before every member fetched the snapshot is made anew", func(t *testing.T) {
 		job := get(t, &batchv1.Job{}, BackupNamespace, serveName(ns))
-		now := metav1.Now()
 		setStatus(t, job, func() {
-			job.Status.StartTime, job.Status.Failed, job.Status.Ready = &now, 1, ptr.To[int32](0)
+			job.Status.Failed, job.Status.Active, job.Status.Ready = 1, 0, ptr.To[int32](0)
 			job.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"},
 				{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "2 of 3 clients fetched the snapshot"}}
 		})
