@@ -17,6 +17,9 @@
 //	        --name MEMBER --initial-cluster IC --initial-advertise-peer-urls P
 //	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl) into DIR for
 //	    member MEMBER; nothing to do when DIR exists (a restore already made).
+//	etcd-snapshot versions [--bin DIR]
+//	    runs the image's kube-apiserver --version and etcd --version and writes the versions
+//	    they report as JSON to --result (the hosted backend's image check before an upgrade).
 package main
 
 import (
@@ -59,7 +62,7 @@ type Result struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore|maintain [flags]")
+		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore|maintain|versions [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -74,8 +77,10 @@ func main() {
 		err = restore(ctx, os.Args[2:])
 	case "maintain":
 		err = maintain(ctx, os.Args[2:])
+	case "versions":
+		err = versions(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: save, serve, restore or maintain", os.Args[1])
+		err = fmt.Errorf("unknown command %q: save, serve, restore, maintain or versions", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-snapshot:", err)
