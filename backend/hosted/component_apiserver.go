@@ -27,8 +27,11 @@ import (
 // and the audit sidecar). It depends on etcd: a new Deployment is made once etcd serves (started
 // before, the API server gives up on etcd after 20 s and the kubelet's crash-loop backoff, up to
 // 5 minutes, would delay it long after etcd is up), and a new image (an upgrade, an image
-// refresh) rolls only once every etcd member runs the new image, ready: etcd first. Any other
-// change (certificates, keys, resources) applies whatever etcd does.
+// refresh) rolls only once every etcd member runs the new image, ready: etcd first. The
+// controller manager's container keeps its image through that roll, and takes the new one only
+// once every API server runs it, ready (heldControllerManager): a controller manager is never
+// newer than an API server. Any other change (certificates, keys, resources) applies whatever
+// etcd does.
 type apiServerComponent struct{}
 
 func (apiServerComponent) name() string { return "apiserver" }
@@ -48,6 +51,8 @@ func (apiServerComponent) step(ctx context.Context, sc *scope) (result, error) {
 	case apiServerImage(dep) != s.Image && !etcdRolledTo(ctx, h, s, s.Image):
 		sc.apiGated = true
 		return result{waiting: fmt.Sprintf("the API server waits for etcd to run %s", s.Image)}, nil
+	default:
+		s.ControllerManagerImage = heldControllerManager(ctx, h, s, dep)
 	}
 	out, err := h.applyPlanned(ctx, s.APIServerDeployment(), sc.turn)
 	if err != nil {
@@ -305,7 +310,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 		},
 		{
 			Name:      containerKCM,
-			Image:     s.Image,
+			Image:     s.controllerManagerImage(),
 			Command:   []string{binDir + "kube-controller-manager"},
 			Args:      controllerManagerArgs(s.ServiceCIDR),
 			Env:       goEnv(containerKCM),

@@ -12,8 +12,9 @@ import (
 )
 
 // upgradeComponent ends a roll: the turn of bounded rolling is given back once etcd and the API
-// servers run their current templates, and an upgrade is done once the rolled API server serves
-// the new version and no old one does.
+// servers run their current templates, and an upgrade is done once every pod of etcd, the API
+// servers and the controller managers runs the new image, ready, no old one still stops, and the
+// API server answers the new version (rolledTo).
 type upgradeComponent struct{}
 
 func (upgradeComponent) name() string { return "upgrade" }
@@ -28,15 +29,22 @@ func (upgradeComponent) step(ctx context.Context, sc *scope) (result, error) {
 		r.retry = rollRetry
 	}
 	ps := &sc.ps
-	switch {
-	case ps.UpgradeFrom == "" || (sc.change != nil && sc.change.Refused):
-	case sc.st.Ready && backend.SameVersion(sc.st.Version, ps.Version) && !oldAPIServers(ctx, sc.h, sc.s) &&
-		sc.etcdOut != workloadWritten && sc.apiOut != workloadWritten: // what was just written is not what serves
-		ps.UpgradeFrom = "" // done: the rolled API server serves the new version, and no old one does
-	default:
-		r.waiting = "upgrading from " + ps.UpgradeFrom
-		r.retry = 5 * time.Second // a safety net besides the pods' watch
+	if ps.UpgradeFrom == "" || (sc.change != nil && sc.change.Refused) {
+		return r, nil
 	}
+	why := "what was just written does not serve yet"
+	if sc.etcdOut != workloadWritten && sc.apiOut != workloadWritten {
+		why = rolledTo(ctx, sc.h, sc.s, sc.s.Image)
+	}
+	if why == "" && !(sc.st.Ready && backend.SameVersion(sc.st.Version, ps.Version)) {
+		why = "the API server does not answer version " + ps.Version + " yet"
+	}
+	if why == "" {
+		ps.UpgradeFrom = "" // done: every pod of etcd, the API servers and controller managers runs the new image, ready
+		return r, nil
+	}
+	r.waiting = "upgrading from " + ps.UpgradeFrom + ": " + why
+	r.retry = 5 * time.Second // a safety net besides the pods' watch
 	return r, nil
 }
 

@@ -75,6 +75,11 @@ func upgradeOnAClaim(t *testing.T, h *harness) {
 
 		s = h.ensureWant(t, cl, want137)
 		require.NotNil(t, s.VersionChange)
+		assert.Equal(t, image136, etcdImage(t, cl), "nothing rolls before the new image is checked")
+		h.imageChecked(t, cl, image1, "1.37.1", "3.7.0")
+		s = h.ensureWant(t, cl, want137)
+		forceGone(t, preflightJobs.name(NamespaceFor(cl.UID))) // read and deleted: envtest has no garbage collector
+		require.NotNil(t, s.VersionChange)
 		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
 		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
 		assert.Equal(t, image1, etcdImage(t, cl), "etcd rolls first, on its claim")
@@ -122,8 +127,15 @@ func upgradeOnAClaim(t *testing.T, h *harness) {
 		require.NoError(t, env.Client.Update(t.Context(), oldPod))
 		require.Eventually(t, func() bool {
 			s = h.ensureWant(t, cl, want137)
+			dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+			return containerImage(dep.Spec.Template.Spec, containerKCM) == image1
+		}, 10*time.Second, 50*time.Millisecond, "the controller manager rolls once the old API server is gone")
+		require.NotNil(t, s.VersionChange, "not done while the controller manager rolls")
+		rolledOutNow(t, cl)
+		require.Eventually(t, func() bool {
+			s = h.ensureWant(t, cl, want137)
 			return s.VersionChange == nil
-		}, 10*time.Second, 50*time.Millisecond, "done once the old API server is gone")
+		}, 10*time.Second, 50*time.Millisecond, "done once the controller manager rolled out")
 		assert.Equal(t, "1.37.1", s.Runs)
 		assert.Empty(t, record(t, cl).UpgradeFrom)
 
@@ -157,6 +169,10 @@ func TestImageRefresh(t *testing.T) {
 
 	claim.Annotations = map[string]string{AnnotationImageRefresh: "cve-2026-1"}
 	s := h.ensure(t, claim)
+	assert.Nil(t, s.VersionChange)
+	assert.Equal(t, image1, etcdImage(claim), "nothing rolls before the new image is checked")
+	h.imageChecked(t, claim, image2, "1.37.1", "3.7.0")
+	s = h.ensure(t, claim)
 	assert.Nil(t, s.VersionChange)
 	assert.Equal(t, image2, etcdImage(claim), "asked: rolled to the ProviderConfig's image of its version")
 	assert.Equal(t, image2, record(t, claim).Image)

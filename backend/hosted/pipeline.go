@@ -94,6 +94,10 @@ type scope struct {
 	// st is the State being built; retry the soonest a component asked to look again.
 	st    backend.State
 	retry time.Duration
+
+	// checking is the version change whose target image is being checked (preflight.go): the
+	// control plane stays as it runs meanwhile.
+	checking *backend.VersionChange
 }
 
 // retryWithin makes the Ensure come back within d at the latest.

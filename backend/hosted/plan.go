@@ -110,6 +110,9 @@ type Spec struct {
 	Cluster ClusterRef
 	// Image is the control-plane image (kube-apiserver, kube-controller-manager, etcd).
 	Image string
+	// ControllerManagerImage, when set, is the controller manager's image instead of Image: the
+	// one it keeps while an upgrade's API servers roll (heldControllerManager).
+	ControllerManagerImage string
 	// ServiceCIDR is the cluster's service range.
 	ServiceCIDR string
 	// StorageClassName, when set, keeps etcd's data on a claim of StorageSize.

@@ -57,6 +57,8 @@ type providerStatus struct {
 	SeedKey string `json:"seedKey,omitempty"`
 	// Etcd is the last report of etcd's maintenance (maintain.go).
 	Etcd *etcdHealth `json:"etcd,omitempty"`
+	// Preflight is the last check of an image the control plane was to roll to (preflight.go).
+	Preflight *imageCheck `json:"preflight,omitempty"`
 	// ImageRefresh is the last value of the Cluster's AnnotationImageRefresh that was acted on.
 	ImageRefresh string `json:"imageRefresh,omitempty"`
 	// Encryption is the state of the encryption at rest, in the status only (encryption.go:

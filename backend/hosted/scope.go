@@ -82,16 +82,23 @@ func (sc *scope) resolve(ctx context.Context, want backend.Want) error {
 		if change, err = b.upgradeRefusal(ctx, h, cl, change); err != nil {
 			return err
 		}
-		if change.Refused {
-			version = change.From // the control plane stays as it runs
-		}
 	}
 	if change != nil && !change.Refused {
+		// The target image's etcd and Kubernetes checked before anything rolls (preflight.go).
+		if change, err = sc.upgradeChecked(ctx, change); err != nil {
+			return err
+		}
+	}
+	switch {
+	case change == nil:
+	case change.Refused || sc.checking != nil:
+		version = change.From // the control plane stays as it runs
+	default:
 		sc.ps.UpgradeFrom = change.From
 		b.opts.Logger.Info("Upgrading a hosted control plane", "cluster", backend.RefOf(cl).String(), "from", change.From, "to", change.To)
 	}
 	if change == nil && sc.found {
-		if change, err = b.imageRefresh(ctx, h, cl, sc.settings, sc.pc.Name, &sc.ps); err != nil {
+		if change, err = sc.imageRefresh(ctx); err != nil {
 			return err
 		}
 	}
@@ -116,7 +123,7 @@ func (sc *scope) plan(ctx context.Context) error {
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: ps.UpgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
 		HighAvailability: s.HighAvailability, EtcdDataDir: ps.EtcdDataDir, EtcdRestoredFrom: ps.EtcdRestoredFrom, RestoredMark: ps.RestoredMark,
-		Restore: ps.Restore, Restored: ps.Restored, Etcd: ps.Etcd}
+		Restore: ps.Restore, Restored: ps.Restored, Etcd: ps.Etcd, Preflight: ps.Preflight}
 	sc.s = s
 	return nil
 }
@@ -146,6 +153,8 @@ func (sc *scope) state() backend.State {
 	switch {
 	case sc.change != nil && sc.change.Refused:
 		st.VersionChange = sc.change
+	case sc.checking != nil:
+		st.VersionChange = sc.checking
 	case ps.UpgradeFrom != "":
 		st.Runs = ps.UpgradeFrom
 		st.VersionChange = &backend.VersionChange{From: ps.UpgradeFrom, To: ps.Version, Message: fmt.Sprintf(

@@ -21,15 +21,18 @@ import (
 // refreshes once; the value refreshed is recorded.
 const AnnotationImageRefresh = backend.AnnotationImageRefresh
 
-// imageRefresh records the ProviderConfig's image of the running version in ps when cl asks for a
-// refresh it has not had (AnnotationImageRefresh). A control plane whose etcd is on an emptyDir
-// refuses: a new etcd pod would start empty; the refusal is returned as a refused change.
-func (b *Backend) imageRefresh(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, settings *providersv1alpha1.HostedBackendConfig, pcName string, ps *providerStatus) (*backend.VersionChange, error) {
+// imageRefresh records the ProviderConfig's image of the running version in sc.ps when the Cluster
+// asks for a refresh it has not had (AnnotationImageRefresh), once the image passed its check
+// (checkImage; while it runs nothing changes). A control plane whose etcd is on an emptyDir
+// refuses: a new etcd pod would start empty; so does an image that fails its check. A refusal is
+// returned as a refused change.
+func (sc *scope) imageRefresh(ctx context.Context) (*backend.VersionChange, error) {
+	b, cl, ps := sc.b, sc.cl, &sc.ps
 	want := cl.Annotations[AnnotationImageRefresh]
 	if want == "" || want == ps.ImageRefresh {
 		return nil, nil
 	}
-	image, err := imageFor(settings, ps.Version, pcName)
+	image, err := imageFor(sc.settings, ps.Version, sc.pc.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -37,13 +40,22 @@ func (b *Backend) imageRefresh(ctx context.Context, h *host, cl *clustersv1alpha
 		ps.ImageRefresh = want // nothing to roll
 		return nil, nil
 	}
-	if refused, err := b.upgradeRefusal(ctx, h, cl, &backend.VersionChange{From: ps.Version, To: ps.Version}); err != nil || refused.Refused {
+	if refused, err := b.upgradeRefusal(ctx, sc.h, cl, &backend.VersionChange{From: ps.Version, To: ps.Version}); err != nil || refused.Refused {
 		if err != nil {
 			return nil, err
 		}
 		return backend.Refuse(ps.Version, ps.Version, fmt.Sprintf(
 			"the image refresh %q (to %s) is refused: this control plane's etcd keeps its data on an emptyDir, which a new etcd pod would start without; the cluster keeps running %s. Remove the annotation %s, or create a new Cluster",
 			want, image, ps.Image, AnnotationImageRefresh)), nil
+	}
+	why, checking, err := sc.checkImage(ctx, ps.Version, image)
+	switch {
+	case err != nil || checking:
+		return nil, err // asked again once the check ended
+	case why != "":
+		return backend.Refuse(ps.Version, ps.Version, fmt.Sprintf(
+			"the image refresh %q (to %s) is refused: %s; the cluster keeps running %s. Name an image of Kubernetes %s in the ProviderConfig's spec.hosted.images, or remove the annotation %s",
+			want, image, why, ps.Image, ps.Version, AnnotationImageRefresh)), nil
 	}
 	b.opts.Logger.Info("Rolling a hosted control plane to a new image of its version", "cluster", backend.RefOf(cl).String(), "from", ps.Image, "to", image)
 	ps.Image, ps.ImageRefresh = image, want

@@ -147,28 +147,10 @@ func runVersion(ctx context.Context, bin string) (string, error) {
 
 // parseKubernetesVersion reads the version from `kube-apiserver --version` (or
 // kube-controller-manager) output, which is "Kubernetes v1.37.1".
-func parseKubernetesVersion(out string) (string, error) {
-	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
-	v, ok := strings.CutPrefix(strings.TrimSpace(line), "Kubernetes v")
-	if ok {
-		if p, err := version.ParseSemantic(v); err == nil {
-			return p.String(), nil
-		}
-	}
-	return "", fmt.Errorf("--version printed %q, not \"Kubernetes vX.Y.Z\"", line)
-}
+func parseKubernetesVersion(out string) (string, error) { return backend.ParseKubernetesVersion(out) }
 
 // parseEtcdVersion reads the version from `etcd --version` output ("etcd Version: 3.6.6"), or "".
-func parseEtcdVersion(out string) string {
-	for line := range strings.Lines(out) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "etcd Version:"); ok {
-			if p, err := version.ParseSemantic(strings.TrimSpace(v)); err == nil {
-				return p.String()
-			}
-		}
-	}
-	return ""
-}
+func parseEtcdVersion(out string) string { return backend.ParseEtcdVersion(out) }
 
 // etcdStartTimeout bounds the start check of a folder's etcd (it is healthy within a second).
 const etcdStartTimeout = 30 * time.Second

@@ -99,7 +99,7 @@ func (b *Backend) upgrade(old *instance, up *upgrade) {
 
 // upgradeStateLocked is the state of a cluster that moves to another version: not Ready while its
 // old processes stop and its new ones start; done (and forgotten) once the new API server serves
-// and reports the new version.
+// and reports the new version and the new controller manager runs.
 func (b *Backend) upgradeStateLocked(uid types.UID, in *instance, up *upgrade) backend.State {
 	c := *up.change
 	if up.old != nil || in == nil {
@@ -118,7 +118,10 @@ func (b *Backend) upgradeStateLocked(uid types.UID, in *instance, up *upgrade) b
 		return s
 	}
 	s := in.state()
-	if s.Ready && backend.SameVersion(s.Version, c.To) {
+	// Done only when every process runs the new binaries, ready: etcd (the API server waited for
+	// it), the API server answering the new version, and the controller manager (started after
+	// the API server answers).
+	if kcm := s.Part(backend.PartControllerManager); s.Ready && kcm != nil && kcm.Ready && backend.SameVersion(s.Version, c.To) {
 		delete(b.upgrades, uid)
 		b.log.Info("Upgraded a cluster", "cluster", s.Info, "from", c.From, "to", c.To)
 		return s

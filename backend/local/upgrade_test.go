@@ -180,8 +180,9 @@ func TestUpgradePreviousMinor(t *testing.T) {
 	assert.Equal(t, backend.ReasonUpgrading, s.Reason)
 	assert.Equal(t, prev.Version, s.Runs)
 
-	done := h.awaitWant(cl, want, "Ready at "+cur.Version, func(s backend.State) bool { return complete(s) && s.VersionChange == nil })
+	done := h.awaitWant(cl, want, "the upgrade ends", func(s backend.State) bool { return s.VersionChange == nil })
 	took := time.Since(start)
+	assert.True(t, complete(done), "the upgrade ends only when the new API server and controller manager run: %+v", done)
 	// The poller must see the cluster serve again before it stops.
 	require.Eventually(t, func() bool {
 		poll.mu.Lock()

@@ -18,6 +18,9 @@
 //	    fetches a snapshot from a serve, checks its SHA-256 and restores it (etcdutl, the revision
 //	    bumped and marked compacted: snapshots.RevisionBump) into DIR for member MEMBER of the etcd
 //	    cluster of token T; nothing to do when DIR exists (a restore already made).
+//	etcd-snapshot versions [--bin DIR]
+//	    runs the image's kube-apiserver --version and etcd --version and writes the versions
+//	    they report as JSON to --result (the hosted backend's image check before an upgrade).
 package main
 
 import (
@@ -60,7 +63,7 @@ type Result struct {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore|maintain [flags]")
+		fmt.Fprintln(os.Stderr, "usage: etcd-snapshot save|serve|restore|maintain|versions [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -75,8 +78,10 @@ func main() {
 		err = restore(ctx, os.Args[2:])
 	case "maintain":
 		err = maintain(ctx, os.Args[2:])
+	case "versions":
+		err = versions(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: save, serve, restore or maintain", os.Args[1])
+		err = fmt.Errorf("unknown command %q: save, serve, restore, maintain or versions", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcd-snapshot:", err)

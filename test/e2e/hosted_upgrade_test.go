@@ -27,7 +27,10 @@ import (
 // a claim, with data and a token AccessRequest, moved to the current minor by
 // spec.kubernetes.version while a client polls it every 200 ms with the kubeconfig issued before:
 // the Cluster says Upgrading, then runs the new version (label, condition, /version), the data and
-// the kubeconfig still work; then a downgrade is refused and the cluster keeps serving.
+// the kubeconfig still work; then a downgrade is refused and the cluster keeps serving. Its pods
+// are watched throughout (orderWatch): no controller manager on the new image while an etcd or API
+// server pod runs the old one, and the Cluster's version moves only once every pod runs the new
+// image.
 func TestHostedUpgradeOnKind(t *testing.T) {
 	c, _, pc := hostedTarget(t)
 	prevImage := os.Getenv("E2E_CONTROLPLANE_PREV_IMAGE")
@@ -72,6 +75,8 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 
 	// The upgrade, polled.
 	polled := startPollers([]kubernetes.Interface{user}, 200*time.Millisecond)
+	order := watchUpgradeOrder(c, cl, prevImage, pc.Spec.Hosted.Images[cur], cur)
+	t.Cleanup(func() { order.end() })
 	start := time.Now()
 	testenv.Update(ctx, t, c, cl, func(cl *clustersv1alpha1.Cluster) { cl.Spec.Kubernetes.Version = cur })
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
@@ -83,6 +88,10 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	}, 2*time.Minute, poll, "no refusal: the upgrade is allowed")
 	require.EventuallyWithT(t, runs(cur), 10*time.Minute, poll, "Ready at %s", cur)
 	took := time.Since(start)
+	broken, looks, held := order.end()
+	assert.Empty(t, broken, "the order of the upgrade: etcd, the API servers, then the controller manager; the version moves once every pod runs the new image")
+	assert.Positive(t, held, "an API server on the new image beside a controller manager of the old one was seen (%d looks)", looks)
+	t.Logf("upgrade order: %d looks at the pods, %d with the controller manager held behind new API servers", looks, held)
 	during := summarize(polled.stop())
 	t.Logf("FIGURE hosted upgrade %s -> %s in place (etcd on a claim): Ready at %s after %.1f s; a client polling every 200 ms with the kubeconfig issued before: %s",
 		prev, cur, cur, took.Seconds(), during)
