@@ -32,6 +32,8 @@
 #      a renewal rolls an API server under a polling client without a failed request) and
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
 #      deleted together, then a worker drained, under a polling client without a failed request)
+#      and TestHostedQuorumLossOnKind (two of three etcd members' nodes cordoned and their pods
+#      deleted: EtcdHealthy False, EtcdQuorumLost, within a minute, naming both; uncordoned: True)
 #      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
 #      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster) and
 #      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, and a
@@ -214,7 +216,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 
