@@ -150,14 +150,10 @@ func TestEtcdHealthyFollowsTheQuorum(t *testing.T) {
 	h.pc.Spec.Hosted.StorageClassName = "standard"
 	h.pc.Spec.Hosted.HighAvailability = true
 	cl := newCluster("quorum")
-	ns := NamespaceFor(cl.UID)
 	servesHighlyAvailable(t, h, cl)
-	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
 	pods := make([]*corev1.Pod, 3)
 	for i := range pods {
-		pods[i] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", NameEtcd, i),
-			Labels: sts.Spec.Template.Labels, Annotations: sts.Spec.Template.Annotations}, Spec: sts.Spec.Template.Spec}
-		require.NoError(t, env.Client.Create(t.Context(), pods[i]))
+		pods[i] = etcdPod(t, cl, fmt.Sprintf("%s-%d", NameEtcd, i), corev1.PodStatus{})
 	}
 	set := func(i int, status corev1.PodStatus) {
 		t.Helper()
@@ -203,6 +199,40 @@ func TestEtcdHealthyFollowsTheQuorum(t *testing.T) {
 	set(1, readyStatus())
 	set(2, readyStatus())
 	await(true, backend.ReasonRunning, "all 3 etcd members are ready")
+}
+
+// etcdPod makes member name's pod of cl's etcd as the StatefulSet controller would (its template,
+// its claim) with status (envtest runs no kubelet: the test writes what one would).
+func etcdPod(t *testing.T, cl *clustersv1alpha1.Cluster, name string, status corev1.PodStatus) *corev1.Pod {
+	t.Helper()
+	ns := NamespaceFor(cl.UID)
+	sts := get(t, &appsv1.StatefulSet{}, ns, NameEtcd)
+	spec := *sts.Spec.Template.Spec.DeepCopy()
+	if len(sts.Spec.VolumeClaimTemplates) > 0 {
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data-" + name}}})
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: sts.Spec.Template.Labels,
+		Annotations: sts.Spec.Template.Annotations}, Spec: spec}
+	require.NoError(t, env.Client.Create(t.Context(), pod))
+	if status.Phase != "" {
+		pod.Status = status
+		require.NoError(t, env.Client.Status().Update(t.Context(), pod))
+	}
+	return pod
+}
+
+// cachedObject waits until the backend's cache holds obj as it is now (its resourceVersion).
+func (h *harness) cachedObject(t *testing.T, obj client.Object) {
+	t.Helper()
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		cur := obj.DeepCopyObject().(client.Object)
+		if assert.NoError(c, hst.cache.Get(t.Context(), client.ObjectKeyFromObject(obj), cur)) {
+			assert.Equal(c, obj.GetResourceVersion(), cur.GetResourceVersion())
+		}
+	}, 10*time.Second, 20*time.Millisecond)
 }
 
 // servesHighlyAvailable makes cl's highly available control plane serve, as far as envtest can
