@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -38,8 +39,8 @@ func (n *peerNet) proxy(t *testing.T, i int, target string) string {
 	to, err := url.Parse(target)
 	require.NoError(t, err)
 	rp := httputil.NewSingleHostReverseProxy(to)
-	rp.FlushInterval = -1 // raft's streams
-	rp.ErrorLog = nil
+	rp.FlushInterval = -1                    // raft's streams
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a cut ends requests: no noise
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

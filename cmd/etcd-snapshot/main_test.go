@@ -233,6 +233,8 @@ func TestSaveFromTheQuorum(t *testing.T) {
 	}
 	t.Setenv("ETCD_TOOLS", assets)
 	endpoint := etcd(t, assets)
+	out, err := exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+endpoint, "put", "/registry/kept", "data").CombinedOutput()
+	require.NoError(t, err, "%s", out)
 	dir := t.TempDir()
 	const uid = "5d1c0a9e-3b7f-4c2d-9e8a-7f6b5c4d3e2f"
 	run := func(args ...string) (Result, error) {
