@@ -91,8 +91,10 @@ func TestHostedQuorumLossOnKind(t *testing.T) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(&left), p))
 		assert.False(ct, podIsReady(p), "the member left has no leader: not ready")
 	}, time.Minute, poll, "member %s, alone, is not ready (its readiness check is linearizable)", left.Name)
-	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-	assert.NotEqual(t, common.PhaseReady, cl.Status.Phase, "no quorum: not Ready")
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		assert.NotEqual(ct, common.PhaseReady, cl.Status.Phase, "no quorum: not Ready")
+	}, time.Minute, poll, "the Cluster without a quorum is not Ready")
 
 	// Undone: the nodes uncordoned, the members start on them again (their volumes), the quorum is back.
 	start = time.Now()
