@@ -159,7 +159,9 @@ const (
 	// roles stay empty, namespaces never finish deleting. The Cluster is Ready only with it.
 	PartControllerManager = "ControllerManagerReady"
 	// PartEtcd: the cluster's etcd takes writes (for a Backend that watches it: local, hosted);
-	// not Ready with reason EtcdNoSpace while its database is at its quota.
+	// not Ready with reason EtcdNoSpace while its database is at its quota, EtcdQuorumLost while
+	// fewer members than a quorum are ready, EtcdDegraded while a member is missing or not ready
+	// but a quorum is left.
 	PartEtcd = "EtcdHealthy"
 	// PartEndpoint: the cluster's endpoint survives the loss of any one node of its host (for a
 	// Backend that reports it: hosted); not Ready with reason SingleNodeEndpoint while it is one
@@ -206,6 +208,15 @@ func (s *State) Part(t string) *Part {
 
 // ReasonEtcdNoSpace: the cluster's etcd database reached its quota; it takes no writes (PartEtcd).
 const ReasonEtcdNoSpace = "EtcdNoSpace"
+
+// Reasons of a PartEtcd that is not Ready for a Backend that runs several members (hosted):
+// ReasonEtcdDegraded, a member is missing or not in the quorum but a quorum is left (etcd takes
+// writes; one more loss stops it: the Cluster stays Ready); ReasonEtcdQuorumLost, fewer members
+// than a quorum are ready (etcd takes no writes).
+const (
+	ReasonEtcdDegraded   = "EtcdDegraded"
+	ReasonEtcdQuorumLost = "EtcdQuorumLost"
+)
 
 // Reasons of PartEndpoint: the endpoint is one node's address (SingleNodeEndpoint), or a host
 // name the platform keeps reachable (ExternalHost), or a load balancer's (LoadBalancer).

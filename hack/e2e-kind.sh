@@ -35,6 +35,8 @@
 #      and TestHostedHARestoreCordonedOnKind (a highly available restore with one member's node
 #      cordoned: Restoring, the API servers at zero, nothing served until the node is uncordoned,
 #      then the snapshot's data, 410 Gone for a watch from before, later writes kept)
+#      and TestHostedQuorumLossOnKind (two of three etcd members' nodes cordoned and their pods
+#      deleted: EtcdHealthy False, EtcdQuorumLost, within a minute, naming both; uncordoned: True)
 #      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
 #      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster) and
 #      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, a watch
@@ -217,7 +219,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

@@ -118,7 +118,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 		// The Job stays: harvested again. Until then the snapshot counts as needing every key.
 		return backend.Snapshot{}, fmt.Errorf("recording the encryption keys snapshot %s needs: %w", res.Snapshot.Name, err)
 	}
-	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size)
+	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size, "member", res.Member)
 	return *res.Snapshot, t.drop(ctx, nil)
 }
 
@@ -170,7 +170,7 @@ func (b *Backend) startSnapshot(ctx context.Context, t task, version string, kee
 	if err != nil {
 		return err
 	}
-	job := bs.SnapshotJob(t.s.Namespace, version, keep)
+	job := bs.SnapshotJob(t.s, version, keep)
 	job.Annotations[AnnotationSnapshotKeys] = string(seen)
 	return t.launch(ctx, job, nil)
 }
@@ -180,6 +180,8 @@ type snapshotResult struct {
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
 	Removed  []string          `json:"removed,omitempty"`
 	Error    string            `json:"error,omitempty"`
+	// Member is the etcd member the snapshot was taken from: one in the quorum.
+	Member string `json:"member,omitempty"`
 }
 
 // Snapshots lists cl's snapshots, newest first, from its ConfigMap in BackupNamespace.
@@ -293,19 +295,21 @@ func (s *Spec) SnapshotClaim(ns string) *corev1.PersistentVolumeClaim {
 	}
 }
 
-// SnapshotJob is the Job that takes a snapshot of the etcd, of Kubernetes version, in namespace ns
-// onto its claim and keeps the newest keep, with the etcd client certificate in the Secret of its
-// own name.
-func (s *Spec) SnapshotJob(ns, version string, keep int) *batchv1.Job {
+// SnapshotJob is the Job that takes a snapshot of the etcd of cp's control plane, of Kubernetes
+// version, onto its claim and keeps the newest keep, with the etcd client certificate in the
+// Secret of its own name: from the member in the quorum (cmd/etcd-snapshot save --member, every
+// member named), never one cut off from its peers.
+func (s *Spec) SnapshotJob(cp *Spec, version string, keep int) *batchv1.Job {
+	ns := cp.Namespace
 	names := namesFor(ns)
 	const pki = "/etc/etcd/pki"
+	args := []string{"save", "--dir=" + snapshotsMount, "--cluster=" + string(s.Cluster.UID), "--keep=" + strconv.Itoa(keep), "--version=" + version,
+		"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"}
 	pod := s.podSpec(ComponentSnapshot, []corev1.Container{{
 		Name:    ComponentSnapshot,
 		Image:   s.Image,
 		Command: []string{binDir + "etcd-snapshot"},
-		Args: []string{"save", "--dir=" + snapshotsMount, "--cluster=" + string(s.Cluster.UID), "--keep=" + strconv.Itoa(keep), "--version=" + version, "--",
-			fmt.Sprintf("--endpoints=https://%s.%s.svc:%d", NameEtcd, ns, portEtcd),
-			"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"},
+		Args:    append(args, cp.etcdMemberFlags()...),
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},

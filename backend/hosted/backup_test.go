@@ -85,7 +85,7 @@ func (c *snapshotCase) firstJob(t *testing.T) {
 	assert.Equal(t, image1, ctr.Image, "the control plane's own image runs it")
 	assert.Equal(t, []string{"/usr/local/bin/etcd-snapshot"}, ctr.Command)
 	assert.Contains(t, ctr.Args, "--keep=3")
-	assert.Contains(t, ctr.Args, "--endpoints=https://etcd."+ns+".svc:2379")
+	assert.Contains(t, ctr.Args, "--member=etcd-0=https://etcd."+ns+".svc:2379", "its member, which save checks is in the quorum")
 	assert.Equal(t, string(cl.UID), job.Spec.Template.Labels[LabelClusterUID])
 	assert.Equal(t, ComponentSnapshot, job.Spec.Template.Labels[LabelComponent], "the etcd NetworkPolicy lets these pods in")
 	claim := get(t, &corev1.PersistentVolumeClaim{}, BackupNamespace, names.claim)

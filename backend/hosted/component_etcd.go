@@ -240,9 +240,9 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 			{Name: "data", MountPath: etcdDataDir},
 			{Name: "pki", MountPath: etcdPKIMount, ReadOnly: true},
 		},
-		StartupProbe:   httpProbe("/health?serializable=true", portEtcdHTTP, corev1.URISchemeHTTP, 1, 120),
-		ReadinessProbe: httpProbe("/health?serializable=true", portEtcdHTTP, corev1.URISchemeHTTP, 5, 3),
-		LivenessProbe:  httpProbe("/health?serializable=true&exclude=NOSPACE", portEtcdHTTP, corev1.URISchemeHTTP, 10, 6),
+		StartupProbe:   httpProbe(etcdLenientHealth, portEtcdHTTP, corev1.URISchemeHTTP, 1, 120),
+		ReadinessProbe: httpProbe(etcdQuorumHealth, portEtcdHTTP, corev1.URISchemeHTTP, 5, 3),
+		LivenessProbe:  httpProbe(etcdLenientHealth+"&exclude=NOSPACE", portEtcdHTTP, corev1.URISchemeHTTP, 10, 6),
 	}})
 	pkiSources := []corev1.VolumeProjection{
 		secretItems(SecretEtcdServer, "tls.crt", "server.crt", "tls.key", "server.key"),
@@ -298,6 +298,23 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 	}
 	return stamp(sts)
 }
+
+// The health checks of an etcd member (its plain-HTTP port; every etcd the images carry, 3.4 on,
+// answers both):
+//   - etcdQuorumHealth, the readiness check: etcd's /health without serializable, which fails
+//     when the member knows no leader or cannot complete a linearizable read (one cut off from its
+//     peers, one of a cluster that lost its quorum) and on an alarm (NOSPACE: a full etcd takes no
+//     writes). A ready member is in the quorum: the PodDisruptionBudget counts only those, so a
+//     drain never takes a member of a quorum that is down to its last ones, and EtcdHealthy
+//     (etcdmembers.go) reads the members' state from their readiness.
+//   - etcdLenientHealth, the startup and liveness checks: serializable (the member's own state,
+//     no leader needed): a member waiting for its peers, or cut off from them, is not restarted
+//     in a loop (a restart would not bring the peers back), and a full one (NOSPACE excluded from
+//     liveness) is not killed either.
+const (
+	etcdQuorumHealth  = "/health"
+	etcdLenientHealth = "/health?serializable=true"
+)
 
 // Bounds of etcd's quota (etcdQuota).
 const (

@@ -58,7 +58,9 @@ func TestEtcdStatefulSet(t *testing.T) {
 			assert.Equal(t, "http://127.0.0.1:2380", f["--listen-peer-urls"], "the peer port stays in the pod")
 			assert.Equal(t, "/var/lib/etcd/data", f["--data-dir"], "a folder etcd makes 0700 itself")
 			assert.Equal(t, tc.wantQuota, f["--quota-backend-bytes"], "three quarters of the claim, within bounds")
-			assert.Equal(t, "/health?serializable=true", c.ReadinessProbe.HTTPGet.Path)
+			assert.Equal(t, "/health", c.ReadinessProbe.HTTPGet.Path, "ready: in the quorum (a leader, a linearizable read)")
+			assert.Equal(t, "/health?serializable=true&exclude=NOSPACE", c.LivenessProbe.HTTPGet.Path, "alive: lenient, no leader needed")
+			assert.Equal(t, "/health?serializable=true", c.StartupProbe.HTTPGet.Path)
 		})
 	}
 }

@@ -242,6 +242,20 @@ func (b *Backend) startMaintenance(ctx context.Context, t task, ps *providerStat
 	return t.start(ctx, t.s.backupSpec().MaintenanceJob(t.s, periodic, freedAt), nil)
 }
 
+// etcdMemberFlags are the --member flags of cmd/etcd-snapshot (maintain, save) for s's etcd: each
+// member by its own DNS name (the peer Service's) when highly available, the one member by etcd's
+// Service otherwise.
+func (s *Spec) etcdMemberFlags() []string {
+	if !s.HighAvailability {
+		return []string{fmt.Sprintf("--member=%s-0=https://%s.%s.svc:%d", NameEtcd, NameEtcd, s.Namespace, portEtcd)}
+	}
+	flags := make([]string, haEtcdMembers)
+	for i := range flags {
+		flags[i] = fmt.Sprintf("--member=%s-%d=https://%s:%d", NameEtcd, i, etcdMember(s.Namespace, i), portEtcd)
+	}
+	return flags
+}
+
 // MaintenanceJob is the Job (in BackupNamespace: s is a backupSpec) of one maintenance pass over
 // the etcd members of cp's control plane, with the etcd client certificate in the Secret of its
 // own name.
@@ -252,13 +266,7 @@ func (s *Spec) MaintenanceJob(cp *Spec, periodic bool, freedAt int64) *batchv1.J
 	if periodic {
 		args = append(args, "--defrag")
 	}
-	if cp.HighAvailability {
-		for i := range haEtcdMembers {
-			args = append(args, fmt.Sprintf("--member=%s-%d=https://%s:%d", NameEtcd, i, etcdMember(cp.Namespace, i), portEtcd))
-		}
-	} else {
-		args = append(args, fmt.Sprintf("--member=%s-0=https://%s.%s.svc:%d", NameEtcd, NameEtcd, cp.Namespace, portEtcd))
-	}
+	args = append(args, cp.etcdMemberFlags()...)
 	pod := s.podSpec(ComponentMaintain, []corev1.Container{{
 		Name:    ComponentMaintain,
 		Image:   cp.Image,

@@ -53,6 +53,8 @@ type maintenanceCase struct {
 	cl        *clustersv1alpha1.Cluster
 	ns, name  string
 	firstCert *x509.Certificate
+	// pod is the etcd member's pod (envtest runs none: the test writes its status).
+	pod *corev1.Pod
 }
 
 // TestEtcdMaintenance: once a control plane serves, a maintenance Job checks its etcd (the
@@ -87,11 +89,16 @@ func (c *maintenanceCase) firstJobOnceServing(t *testing.T) {
 	assert.Nil(t, s.Part(backend.PartEtcd), "not checked before it serves")
 	c.assertNoJob(t, "no Job before the control plane serves")
 	sharedCredential(t, h, ns)
+	c.pod = etcdPod(t, cl, "etcd-0", readyStatus())
+	h.cachedObject(t, c.pod)
 	h.etcdUp(t, cl)
 	rolledOutNow(t, cl)
 	s = h.ensure(t, cl)
 	require.True(t, s.Ready, "%s", s.Message)
-	assert.Nil(t, s.Part(backend.PartEtcd), "a Job checks first")
+	if p := s.Part(backend.PartEtcd); assert.NotNil(t, p, "from its first serve, from the members") {
+		assert.True(t, p.Ready, p.Message)
+		assert.Equal(t, "all 1 etcd members are ready (in the quorum: a leader, linearizable reads)", p.Message, "no report yet")
+	}
 	job := get(t, &batchv1.Job{}, BackupNamespace, c.name)
 	ctr := job.Spec.Template.Spec.Containers[0]
 	assert.Equal(t, image1, ctr.Image)
@@ -124,7 +131,8 @@ func (c *maintenanceCase) reportIsThePart(t *testing.T) {
 	s := h.ensure(t, cl)
 	require.NotNil(t, s.Part(backend.PartEtcd))
 	assert.True(t, s.Part(backend.PartEtcd).Ready)
-	assert.Equal(t, "etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.", s.Part(backend.PartEtcd).Message)
+	assert.Equal(t, "all 1 etcd members are ready (in the quorum: a leader, linearizable reads); etcd takes writes: its database is 3.0 MiB of its 1024.0 MiB quota.",
+		s.Part(backend.PartEtcd).Message, "the members' state, and the report beside")
 	assert.Equal(t, int64(3<<20), record(t, cl).Etcd.DBSize)
 	assertNoSecret(t, name, "the Job's certificate goes once its report is read")
 	forceGone(t, name)
@@ -179,9 +187,7 @@ func (c *maintenanceCase) fullEtcd(t *testing.T) {
 // of a full etcd is what keeps the Cluster from Ready. It returns the member's pod.
 func (c *maintenanceCase) fullIsNotReady(t *testing.T) *corev1.Pod {
 	h, cl, ns, name := c.h, c.cl, c.ns, c.name
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "etcd-0", Labels: (&Spec{Cluster: ClusterRef{UID: cl.UID}}).selector(ComponentEtcd)},
-		Spec: get(t, &appsv1.StatefulSet{}, ns, NameEtcd).Spec.Template.Spec}
-	require.NoError(t, env.Client.Create(t.Context(), pod))
+	pod := c.pod
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning,
 		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.NewTime(time.Now().Add(-time.Minute))}},
 		ContainerStatuses: []corev1.ContainerStatus{{Name: containerEtcd, Image: image1, Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}
@@ -241,10 +247,14 @@ func (c *maintenanceCase) failedJobBacksOff(t *testing.T, pod *corev1.Pod) {
 	h.ensure(t, cl)
 	h.endJob(t, name, batchv1.JobComplete, report(t, etcdmaint.Report{Quota: 1 << 30, Disarmed: true, Revision: 950, FreedAt: 950,
 		Members: []etcdmaint.MemberReport{{Name: "etcd-0", DBSize: 40 << 20}}, Message: "etcd's database was full; the provider freed space and disarmed its NOSPACE alarm"}))
-	require.NoError(t, env.Client.Delete(t.Context(), pod))
-	s = h.ensure(t, cl)
-	require.NotNil(t, s.Part(backend.PartEtcd))
-	assert.True(t, s.Part(backend.PartEtcd).Ready, "disarmed: %s", s.Part(backend.PartEtcd).Message)
+	pod.Status = readyStatus() // etcd's readiness check passes again
+	require.NoError(t, env.Client.Status().Update(t.Context(), pod))
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		s = h.ensure(t, cl)
+		if p := s.Part(backend.PartEtcd); assert.NotNil(ct, p) {
+			assert.True(ct, p.Ready, "disarmed: %s", p.Message)
+		}
+	}, 10*time.Second, 50*time.Millisecond)
 	assert.Zero(t, record(t, cl).Etcd.Failures, "a report ends the backoff")
 	forceGone(t, name)
 }

@@ -91,6 +91,8 @@ type scope struct {
 	apiGated bool
 	// apiServes: the API server's Deployment serves (servingComponent).
 	apiServes bool
+	// members are the etcd members' states (maintenanceComponent; nil while a restore runs).
+	members []memberState
 	// st is the State being built; retry the soonest a component asked to look again.
 	st    backend.State
 	retry time.Duration

@@ -204,8 +204,8 @@ func backdateRestore(t *testing.T, cl *clustersv1alpha1.Cluster, d time.Duration
 	require.NoError(t, env.Client.Update(t.Context(), cm))
 }
 
-// TestMemberState: what a restore's state says of an etcd pod of the restored data.
-func TestMemberState(t *testing.T) {
+// TestRestoringMember: what a restore's state says of an etcd pod of the restored data.
+func TestRestoringMember(t *testing.T) {
 	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}
 	failed := corev1.ContainerStatus{Name: "restore", RestartCount: 3,
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Message: "fetching...\nflag provided but not defined: -initial-cluster-token\n"}},
@@ -228,6 +228,6 @@ func TestMemberState(t *testing.T) {
 		{"restored, etcd not ready", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, InitContainerStatuses: []corev1.ContainerStatus{restored}}}, "not ready"},
 		{"just made", corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}, "pending"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, memberState(&tc.pod)) })
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, restoringMember(&tc.pod)) })
 	}
 }

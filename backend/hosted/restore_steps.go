@@ -161,7 +161,7 @@ func replaceEtcdPods(ctx context.Context, h *host, s *Spec, sts *appsv1.Stateful
 			state[p.Name] = "its pod of the old data is replaced"
 			continue
 		}
-		state[p.Name] = memberState(p)
+		state[p.Name] = restoringMember(p)
 	}
 	var waiting []string
 	for i := range members {
@@ -176,16 +176,16 @@ func replaceEtcdPods(ctx context.Context, h *host, s *Spec, sts *appsv1.Stateful
 	return waiting, nil
 }
 
-// memberState says what the etcd pod p of the restored data does: "" when it is ready.
-func memberState(p *corev1.Pod) string {
-	if p.DeletionTimestamp != nil {
+// restoringMember says what the etcd pod p of the restored data does: "" when it is ready.
+func restoringMember(p *corev1.Pod) string {
+	switch {
+	case p.DeletionTimestamp != nil:
 		return "terminating"
+	case podReady(p):
+		return ""
 	}
 	for _, c := range p.Status.Conditions {
-		switch {
-		case c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue:
-			return ""
-		case c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse:
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
 			return "not scheduled: " + firstLine(c.Reason+" "+c.Message)
 		}
 	}
@@ -203,12 +203,6 @@ func memberState(p *corev1.Pod) string {
 		return "pending"
 	}
 	return "not ready"
-}
-
-// firstLine is the first line of s, trimmed.
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	return s
 }
 
 // apiServerStep waits until the API servers, started again, serve the restored data only: then

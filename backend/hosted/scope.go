@@ -133,14 +133,14 @@ func (sc *scope) plan(ctx context.Context) error {
 func (sc *scope) state() backend.State {
 	st, ps := sc.st, sc.ps
 	st.ProviderStatus = ps
-	if etcd := ps.Etcd.part(); etcd != nil {
+	if etcd := etcdPart(sc.members, ps.Etcd); etcd != nil {
 		etcd.Type = backend.PartEtcd
 		st.SetPart(*etcd)
 	}
 	endpoint := exposure(sc.s, sc.settings, ps.ExternalHost, sc.pc.Name)
 	endpoint.Type = backend.PartEndpoint
 	st.SetPart(*endpoint)
-	if etcd := st.Part(backend.PartEtcd); etcd != nil && !etcd.Ready && !st.Ready {
+	if etcd := st.Part(backend.PartEtcd); etcd != nil && etcd.Reason == backend.ReasonEtcdNoSpace && !st.Ready {
 		// etcd's readiness check fails on its alarm: what keeps the cluster from Ready is that.
 		st.Reason, st.Message = backend.ReasonEtcdNoSpace, etcd.Message
 	}

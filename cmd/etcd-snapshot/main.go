@@ -1,10 +1,13 @@
 // Command etcd-snapshot is the hosted backend's snapshot tool, in the control-plane image beside
 // etcdctl and etcdutl (the image has no shell). The backend runs it in Jobs and init containers:
 //
-//	etcd-snapshot save --dir D --cluster UID --version V --keep N -- ETCDCTL-CONNECTION-FLAGS...
+//	etcd-snapshot save --dir D --cluster UID --version V --keep N
+//	        [--member NAME=URL... --cacert CA --cert C --key K] [-- ETCDCTL-CONNECTION-FLAGS...]
 //	    takes a snapshot into D/UID/ (backend/snapshots: etcdctl, checked with etcdutl, SHA-256
 //	    recorded), removes all but the newest N, and writes what it did as JSON to --result
-//	    (the container's termination message, which the backend reads).
+//	    (the container's termination message, which the backend reads). With --member, from the
+//	    member in the quorum (etcdmaint.Pick: the healthy leader, never one cut off from its
+//	    peers), named in the result; none in the quorum: no snapshot, and nothing removed.
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
 //	    checks snapshot NAME of UID and serves its file over HTTPS to --count clients that show the
 //	    token (GET /snapshot), then exits; a refusal is written to --result.
@@ -55,6 +58,8 @@ type Result struct {
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
 	// Removed are the snapshots save removed (all but the newest --keep).
 	Removed []string `json:"removed,omitempty"`
+	// Member is the etcd member save took the snapshot from (with --member).
+	Member string `json:"member,omitempty"`
 	// Error says why it failed.
 	Error string `json:"error,omitempty"`
 	// Refused: the snapshot cannot be restored (serve).
@@ -121,21 +126,30 @@ func save(ctx context.Context, args []string) error {
 	version := fs.String("version", "", "the Kubernetes version the cluster runs")
 	keep := fs.Int("keep", 24, "how many snapshots of the cluster to keep")
 	result := fs.String("result", "/dev/termination-log", "where to write the result")
+	var ms members
+	fs.Var(&ms, "member", "an etcd member, NAME=CLIENT-URL (repeated: every member; the snapshot is taken from one in the quorum)")
+	cacert := fs.String("cacert", "", "etcd's CA (with --member)")
+	cert := fs.String("cert", "", "a client certificate of etcd's CA (with --member)")
+	key := fs.String("key", "", "its key")
 	_ = fs.Parse(args)
 	if *cluster == "" {
 		return writeResult(*result, Result{}, errors.New("--cluster is required"))
 	}
-	s := store(*dir)
-	// No namespace in the claim's record: the backend records it in its catalog (updateCatalog).
-	snap, err := s.Take(ctx, types.UID(*cluster), "", *version, *dir, fs.Args()...)
+	conn, member, err := snapshotSource(ctx, ms, *cacert, *cert, *key, fs.Args())
 	if err != nil {
 		return writeResult(*result, Result{}, err)
+	}
+	s := store(*dir)
+	// No namespace in the claim's record: the backend records it in its catalog (updateCatalog).
+	snap, err := s.Take(ctx, types.UID(*cluster), "", *version, *dir, conn...)
+	if err != nil {
+		return writeResult(*result, Result{Member: member}, err)
 	}
 	removed, err := s.Prune(snap.Cluster, *keep)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "removing old snapshots:", err) // they stay until the next one
 	}
-	return writeResult(*result, Result{Snapshot: &snap, Removed: removed}, nil)
+	return writeResult(*result, Result{Snapshot: &snap, Removed: removed, Member: member}, nil)
 }
 
 func serve(ctx context.Context, args []string) error {

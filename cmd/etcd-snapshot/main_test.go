@@ -221,3 +221,46 @@ func TestMaintainTLS(t *testing.T) {
 	assert.Positive(t, r.Members[0].DBSize)
 	assert.Contains(t, r.Message, "etcd takes writes")
 }
+
+// TestSaveFromTheQuorum: with --member, save takes the snapshot from a member that is healthy (in
+// the quorum), names it in its result, and drops an --endpoints of the connection flags (etcdctl
+// snapshots one endpoint); with no member healthy it takes none, removes none, and says why,
+// naming each member.
+func TestSaveFromTheQuorum(t *testing.T) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		testenv.MissingTool(t, "the envtest assets (etcd, etcdctl, etcdutl: make envtest)", err)
+	}
+	t.Setenv("ETCD_TOOLS", assets)
+	endpoint := etcd(t, assets)
+	out, err := exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+endpoint, "put", "/registry/kept", "data").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	dir := t.TempDir()
+	const uid = "5d1c0a9e-3b7f-4c2d-9e8a-7f6b5c4d3e2f"
+	run := func(args ...string) (Result, error) {
+		file := filepath.Join(t.TempDir(), "result")
+		err := save(t.Context(), append([]string{"--dir=" + dir, "--cluster=" + uid, "--version=1.37.1", "--keep=1", "--result=" + file}, args...))
+		data, rerr := os.ReadFile(file)
+		require.NoError(t, rerr)
+		var r Result
+		require.NoError(t, json.Unmarshal(data, &r), "%s", data)
+		return r, err
+	}
+	r, err := run("--member=etcd-0=http://127.0.0.1:1", "--member=etcd-1="+endpoint, "--", "--endpoints=http://127.0.0.1:1")
+	require.NoError(t, err, "%+v", r)
+	assert.Equal(t, "etcd-1", r.Member, "the member that is healthy")
+	require.NotNil(t, r.Snapshot)
+	first := r.Snapshot.Name
+
+	r, err = run("--member=etcd-0=http://127.0.0.1:1", "--member=etcd-2=http://127.0.0.1:2")
+	require.Error(t, err)
+	assert.Nil(t, r.Snapshot)
+	assert.Empty(t, r.Removed, "nothing pruned without a new snapshot")
+	assert.Contains(t, r.Error, "no etcd member is in the quorum")
+	assert.Contains(t, r.Error, "etcd-0 (")
+	assert.Contains(t, r.Error, "etcd-2 (")
+	all, err := store(dir).List(uid)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+	assert.Equal(t, first, all[0].Name, "the snapshot taken before is kept")
+}

@@ -215,10 +215,14 @@ func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
 // EndpointResilient do not count: a cluster whose version change was refused keeps serving its
 // version and stays Ready (its requests are granted); one that upgrades or is restored is not
 // Ready anyway while its API server restarts; a failed snapshot, or an endpoint on one node, is
-// worth an alert, not an outage.
+// worth an alert, not an outage. Nor does EtcdHealthy while it says EtcdDegraded: a member is
+// down but the quorum serves.
 func finish(cl *clustersv1alpha1.Cluster) {
-	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(),
-		ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored, ConditionEndpointResilient)
+	informational := []string{ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored, ConditionEndpointResilient}
+	if c := meta.FindStatusCondition(cl.Status.Conditions, ConditionEtcdHealthy); c != nil && c.Reason == backend.ReasonEtcdDegraded {
+		informational = append(informational, ConditionEtcdHealthy)
+	}
+	kit.ReconciledPhase(&cl.Status.Status, cl.Generation, !cl.DeletionTimestamp.IsZero(), informational...)
 }
 
 // transition describes how a condition changed between two statuses: "" if its status and

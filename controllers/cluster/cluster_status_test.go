@@ -82,6 +82,28 @@ func TestSetState(t *testing.T) {
 			wantKCM:        metav1.ConditionTrue, wantKCMReason: backend.ReasonRunning,
 		},
 		{
+			name: "an etcd member down, the quorum serves (EtcdDegraded): still Ready",
+			state: readyWith(func(s *backend.State) {
+				s.SetPart(backend.Part{Type: backend.PartEtcd, Reason: backend.ReasonEtcdDegraded, Message: "1 of 3 etcd members not ready"})
+			}),
+			wantPhase: common.PhaseReady,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
+		},
+		{
+			name: "etcd's quorum lost: not Ready",
+			state: readyWith(func(s *backend.State) {
+				s.SetPart(backend.Part{Type: backend.PartEtcd, Reason: backend.ReasonEtcdQuorumLost, Message: "2 of 3 etcd members not ready"})
+			}),
+			wantPhase: common.PhaseProgressing,
+			wantProv:  metav1.ConditionTrue, wantProvReason: ReasonProvisioned,
+			wantAPI: metav1.ConditionTrue, wantAPIReason: backend.ReasonRunning,
+			wantEndpoints:  readyEndpoints,
+			wantProvStatus: readyProvStatus,
+		},
+		{
 			name: "re-created after its data was lost: Ready, and says so",
 			state: readyWith(func(s *backend.State) {
 				s.SetPart(backend.Part{Type: backend.PartProvisioned, Ready: true, Reason: backend.ReasonDataLost, Message: "the folder was gone"})
