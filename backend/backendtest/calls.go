@@ -30,9 +30,9 @@ type Call struct {
 	Want backend.Want
 	// JWT is SetJWTAuthenticators' argument.
 	JWT []apiserverv1.JWTAuthenticator
-	// Snapshot is the snapshot Restore was asked for; Keep Snapshot's keep.
-	Snapshot string
-	Keep     int
+	// Snapshot is the snapshot Restore was asked for; Retention Snapshot's retention.
+	Snapshot  string
+	Retention backend.Retention
 }
 
 // Calls returns the calls of method about the Cluster key, oldest first.

@@ -67,7 +67,7 @@ func TestJobTemplates(t *testing.T) {
 		job    *batchv1.Job
 		volume string
 	}{
-		{snapshotJobs, bs.SnapshotJob(cp.Namespace, "1.37.1", 3), "pki"},
+		{snapshotJobs, bs.SnapshotJob(cp.Namespace, "1.37.1", backend.KeepNewest(3)), "pki"},
 		{maintainJobs, bs.MaintenanceJob(cp, false, 0), "pki"},
 		{serveJobs, bs.ServeJob(cp.Namespace, backend.Snapshot{Name: "20261126T010000Z", Cluster: "x"}, 1), "serve"},
 	} {

@@ -1,9 +1,11 @@
 // Command etcd-snapshot is the hosted backend's snapshot tool, in the control-plane image beside
 // etcdctl and etcdutl (the image has no shell). The backend runs it in Jobs and init containers:
 //
-//	etcd-snapshot save --dir D --cluster UID --version V --keep N -- ETCDCTL-CONNECTION-FLAGS...
-//	    takes a snapshot into D/UID/ (backend/snapshots: etcdctl, checked with etcdutl, SHA-256
-//	    recorded), removes all but the newest N, and writes what it did as JSON to --result
+//	etcd-snapshot save --dir D --cluster UID --version V --keep N [--hourly H --daily D --weekly W
+//	        --monthly M] -- ETCDCTL-CONNECTION-FLAGS...
+//	    makes room on a full D first (backend.Retention.MakeRoom), takes a snapshot into D/UID/
+//	    (backend/snapshots: etcdctl, checked with etcdutl, SHA-256 recorded), removes those the
+//	    retention (backend.Retention) removes, and writes what it did as JSON to --result
 //	    (the container's termination message, which the backend reads).
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
 //	    checks snapshot NAME of UID and serves its file over HTTPS to --count clients that show the
@@ -49,8 +51,12 @@ import (
 type Result struct {
 	// Snapshot is the snapshot taken (save) or served (serve).
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
-	// Removed are the snapshots save removed (all but the newest --keep).
+	// Removed are the snapshots save removed (those the retention flags remove, and those removed
+	// for room).
 	Removed []string `json:"removed,omitempty"`
+	// RemovedForSpace are those of Removed that the retention keeps, removed before the save
+	// because the claim was full.
+	RemovedForSpace []string `json:"removedForSpace,omitempty"`
 	// Error says why it failed.
 	Error string `json:"error,omitempty"`
 	// Refused: the snapshot cannot be restored (serve).
@@ -113,7 +119,12 @@ func save(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "/snapshots", "the snapshots' folder")
 	cluster := fs.String("cluster", "", "the Cluster's UID")
 	version := fs.String("version", "", "the Kubernetes version the cluster runs")
-	keep := fs.Int("keep", 24, "how many snapshots of the cluster to keep")
+	var r backend.Retention
+	fs.IntVar(&r.Keep, "keep", 24, "how many of the newest snapshots of the cluster to keep")
+	fs.IntVar(&r.Hourly, "hourly", 0, "how many of the last hours keep their newest snapshot")
+	fs.IntVar(&r.Daily, "daily", 0, "how many of the last days keep their newest snapshot")
+	fs.IntVar(&r.Weekly, "weekly", 0, "how many of the last weeks keep their newest snapshot")
+	fs.IntVar(&r.Monthly, "monthly", 0, "how many of the last months keep their newest snapshot")
 	result := fs.String("result", "/dev/termination-log", "where to write the result")
 	_ = fs.Parse(args)
 	if *cluster == "" {
@@ -121,15 +132,15 @@ func save(ctx context.Context, args []string) error {
 	}
 	s := store(*dir)
 	// No namespace in the claim's record: the backend records it in its catalog (updateCatalog).
-	snap, err := s.Take(ctx, types.UID(*cluster), "", *version, *dir, fs.Args()...)
+	// The claim full: room made first (snapshots.Store.Save), said in RemovedForSpace.
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	saved, err := s.Save(ctx, r, types.UID(*cluster), "", *version, *dir, logf, fs.Args()...)
+	res := Result{Removed: saved.Removed, RemovedForSpace: saved.RemovedForSpace}
 	if err != nil {
-		return writeResult(*result, Result{}, err)
+		return writeResult(*result, res, err)
 	}
-	removed, err := s.Prune(snap.Cluster, *keep)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "removing old snapshots:", err) // they stay until the next one
-	}
-	return writeResult(*result, Result{Snapshot: &snap, Removed: removed}, nil)
+	res.Snapshot = &saved.Snapshot
+	return writeResult(*result, res, nil)
 }
 
 func serve(ctx context.Context, args []string) error {
