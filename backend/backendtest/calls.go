@@ -53,3 +53,18 @@ func (f *Fake) Calls(method string, key types.NamespacedName) []Call {
 func (f *Fake) Count(method string, key types.NamespacedName) int {
 	return len(f.Calls(method, key))
 }
+
+// Log returns every call about the Cluster key, oldest first: the order of calls of different
+// methods.
+func (f *Fake) Log(key types.NamespacedName) []Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Call
+	for _, c := range f.calls {
+		if c.Cluster == key {
+			c.JWT = slices.Clone(c.JWT)
+			out = append(out, c)
+		}
+	}
+	return out
+}
