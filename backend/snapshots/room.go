@@ -67,7 +67,7 @@ func (s Store) Save(ctx context.Context, r backend.Retention, uid types.UID, nam
 	out.Removed = removed
 	if out.Snapshot, err = s.Take(ctx, uid, namespace, kubernetesVersion, workDir, connection...); err != nil {
 		if !room.Enough {
-			err = fmt.Errorf("%w (the snapshots' filesystem has %d bytes free, the next snapshot needs about %d, and only the newest snapshot is left: give the destination more space)", err, room.Free, room.Need)
+			err = fmt.Errorf("%w (the snapshots' filesystem had %d bytes free before snapshots were removed for room, the next snapshot needs about %d, and only the newest is left: give the destination more space)", err, room.Free, room.Need)
 		}
 		return out, err
 	}
