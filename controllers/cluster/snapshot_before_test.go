@@ -140,8 +140,8 @@ func TestSnapshotBeforeUpgrade(t *testing.T) {
 	})
 }
 
-// TestSnapshotBeforeDelete: a Cluster's deletion takes a snapshot first (Event, then Delete); a
-// failing snapshot blocks the deletion with a condition saying how to skip it; the ProviderConfig
+// TestSnapshotBeforeDelete: a Cluster's deletion takes a snapshot first (Event, then Delete),
+// waiting for one the backend takes in the background; a failing snapshot blocks the deletion with a condition saying how to skip it; the ProviderConfig
 // may turn it off.
 func TestSnapshotBeforeDelete(t *testing.T) {
 	fake := startFake(t, backendtest.Options{})
@@ -152,8 +152,15 @@ func TestSnapshotBeforeDelete(t *testing.T) {
 		cl := newCluster(t, ns, "del", backupConfig(t, &providersv1alpha1.BackupPolicy{Disabled: true}), "")
 		key := client.ObjectKeyFromObject(cl)
 		waitCluster(t, key, "Ready", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) { isReady(c, cl) })
-		fake.Set(key, func(c *backendtest.Cluster) { c.SnapshotError = errors.New("the fake disk is on fire") })
+		fake.Set(key, func(c *backendtest.Cluster) {
+			c.SnapshotError = backend.Errorf(backend.ReasonSnapshotInProgress, "the fake snapshot Job runs")
+		})
 		require.NoError(t, env.Client.Delete(ctx, cl))
+		waitCluster(t, key, "the deletion waits for the snapshot", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
+			hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, backend.ReasonSnapshotInProgress)
+		})
+		assert.Zero(t, fake.Count(backendtest.MethodDelete, key), "not deleted while the snapshot runs")
+		fake.Set(key, func(c *backendtest.Cluster) { c.SnapshotError = errors.New("the fake disk is on fire") })
 		blocked := waitCluster(t, key, "deletion blocked", func(c *assert.CollectT, cl *clustersv1alpha1.Cluster) {
 			hasCondition(c, cl, cluster.ConditionDeleted, metav1.ConditionFalse, cluster.ReasonSnapshotBeforeDeleteFailed)
 		})
