@@ -32,13 +32,25 @@ const (
 	AnnotationRestoreFrom = "backup.clusters.openmcp.cloud/restore-from"
 )
 
+// Annotations on a Cluster about the snapshots taken before an upgrade and before its deletion
+// (docs/backups.md). The skip annotations (any value) let an upgrade or a deletion go on without
+// the snapshot, when it fails; the others record the snapshot taken ("<version> <snapshot>"
+// before an upgrade to version, the snapshot's name, or "-" for none, before the deletion).
+const (
+	AnnotationSkipSnapshotBeforeUpgrade = "backup.clusters.openmcp.cloud/skip-snapshot-before-upgrade"
+	AnnotationSkipSnapshotBeforeDelete  = "backup.clusters.openmcp.cloud/skip-snapshot-before-delete"
+	AnnotationSnapshotBeforeUpgrade     = "backup.clusters.openmcp.cloud/snapshot-before-upgrade"
+	AnnotationSnapshotBeforeDelete      = "backup.clusters.openmcp.cloud/snapshot-before-delete"
+)
+
 // AnnotationImageRefresh on a Cluster asks the hosted backend to roll its control plane to the
 // image the ProviderConfig names now for the version it runs (hosted.AnnotationImageRefresh).
 const AnnotationImageRefresh = "hosted.clusters.openmcp.cloud/image-refresh"
 
 // RequestAnnotations are the annotations with which a user asks something of a Cluster's cluster:
 // a change of one of them is an event for the Cluster reconciler, though no generation changes.
-var RequestAnnotations = []string{AnnotationSnapshot, AnnotationRestore, AnnotationImageRefresh, AnnotationRotateEncryptionKey}
+var RequestAnnotations = []string{AnnotationSnapshot, AnnotationRestore, AnnotationImageRefresh, AnnotationRotateEncryptionKey,
+	AnnotationSkipSnapshotBeforeUpgrade, AnnotationSkipSnapshotBeforeDelete}
 
 // AnnotationRotateEncryptionKey on a Cluster asks for a new encryption key of its Secrets at
 // rest (any new value: a timestamp, say): the backend puts a new key first, and rewrites every
@@ -64,9 +76,11 @@ const (
 // Cluster with AnnotationRestoreFrom) until a person removes them. A snapshot holds every Secret
 // of its cluster: only the operator may read it.
 type Backups interface {
-	// Snapshot takes a snapshot of cl's etcd, verifies it, records it and then removes all but
-	// the newest keep snapshots of cl. The cluster must be running.
-	Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (Snapshot, error)
+	// Snapshot takes a snapshot of cl's etcd, verifies it, records it and then removes the
+	// snapshots of cl that retention removes (never the newest). Before it saves, it makes room
+	// on a full destination (Retention.MakeRoom): the snapshot's RemovedForSpace names those
+	// removed beyond the policy. The cluster must be running.
+	Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, retention Retention) (Snapshot, error)
 	// Snapshots lists cl's snapshots, newest first.
 	Snapshots(ctx context.Context, cl *clustersv1alpha1.Cluster) ([]Snapshot, error)
 	// CheckRestore checks that snapshot name of cl exists, is intact and is cl's own: an Error
@@ -100,6 +114,9 @@ type Snapshot struct {
 	Version string `json:"version"`
 	// SHA256 is the checksum of the file as taken: a restore refuses a file that differs.
 	SHA256 string `json:"sha256"`
+	// RemovedForSpace, set by Backups.Snapshot only (never recorded), names the snapshots removed
+	// before this one was saved, beyond the retention policy, because the destination was full.
+	RemovedForSpace []string `json:"-"`
 }
 
 // Ref is how another Cluster names the snapshot in AnnotationRestoreFrom.

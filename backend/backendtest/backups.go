@@ -10,12 +10,12 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend"
 )
 
-// Snapshot takes an in-memory snapshot of cl's cluster, which must be Ready, and keeps the newest
-// keep.
-func (f *Fake) Snapshot(_ context.Context, cl *clustersv1alpha1.Cluster, keep int) (backend.Snapshot, error) {
+// Snapshot takes an in-memory snapshot of cl's cluster, which must be Ready, and keeps what
+// retention keeps.
+func (f *Fake) Snapshot(_ context.Context, cl *clustersv1alpha1.Cluster, retention backend.Retention) (backend.Snapshot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.record(Call{Method: MethodSnapshot, Cluster: keyOf(cl), UID: cl.UID, Keep: keep})
+	f.record(Call{Method: MethodSnapshot, Cluster: keyOf(cl), UID: cl.UID, Retention: retention})
 	c, ok := f.clusters[cl.UID]
 	switch {
 	case !ok || !c.Ready || c.restoring != nil:
@@ -33,8 +33,8 @@ func (f *Fake) Snapshot(_ context.Context, cl *clustersv1alpha1.Cluster, keep in
 	s := backend.Snapshot{Name: name, Cluster: cl.UID, Namespace: cl.Namespace, Taken: now, Size: 1024 * n, Revision: 10 * n, Keys: n,
 		Version: c.Runs, SHA256: fmt.Sprintf("%064x", n)}
 	snaps = append(snaps, s)
-	if keep > 0 && len(snaps) > keep {
-		snaps = snaps[len(snaps)-keep:]
+	for _, gone := range retention.Prune(snaps, now) {
+		snaps = slices.DeleteFunc(snaps, func(s backend.Snapshot) bool { return s.Name == gone.Name })
 	}
 	f.snapshots[cl.UID] = snaps
 	return s, nil

@@ -30,9 +30,9 @@ type Call struct {
 	Want backend.Want
 	// JWT is SetJWTAuthenticators' argument.
 	JWT []apiserverv1.JWTAuthenticator
-	// Snapshot is the snapshot Restore was asked for; Keep Snapshot's keep.
-	Snapshot string
-	Keep     int
+	// Snapshot is the snapshot Restore was asked for; Retention Snapshot's retention.
+	Snapshot  string
+	Retention backend.Retention
 }
 
 // Calls returns the calls of method about the Cluster key, oldest first.
@@ -52,4 +52,19 @@ func (f *Fake) Calls(method string, key types.NamespacedName) []Call {
 // Count returns how many calls of method about the Cluster key were made.
 func (f *Fake) Count(method string, key types.NamespacedName) int {
 	return len(f.Calls(method, key))
+}
+
+// Log returns every call about the Cluster key, oldest first: the order of calls of different
+// methods.
+func (f *Fake) Log(key types.NamespacedName) []Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Call
+	for _, c := range f.calls {
+		if c.Cluster == key {
+			c.JWT = slices.Clone(c.JWT)
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -123,7 +123,7 @@ func TestSnapshots(t *testing.T) {
 	require.NoError(t, err)
 	var taken []string
 	for range 3 {
-		s, err := f.Snapshot(ctx, cl, 2)
+		s, err := f.Snapshot(ctx, cl, backend.KeepNewest(2))
 		require.NoError(t, err)
 		taken = append(taken, s.Name)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -32,7 +31,8 @@ import (
 // runs cmd/etcd-snapshot of the control plane's own image with an etcd client certificate made for
 // that Job alone (Secret snapshot-hcp-…, valid for the Job's deadline and a margin, owned by the
 // Job: jobcert.go): etcdctl streams etcd's database onto the claim, etcdutl reads it whole, its
-// SHA-256 is recorded and the oldest beyond the ProviderConfig's keep are removed; the Job's
+// SHA-256 is recorded and those the ProviderConfig's retention removes are removed (on a full
+// claim, before the save: backend.Retention.MakeRoom); the Job's
 // termination message tells the backend what it did, and the Job and its Secret go.
 const (
 	// BackupNamespace holds every hosted control plane's snapshots in a host cluster. Whoever reads
@@ -84,7 +84,7 @@ var snapshotJobs = jobKind{what: "snapshot", component: ComponentSnapshot, name:
 // Snapshot takes a snapshot of cl's etcd with a Job on its host. The Job runs for a while: while it
 // does, Snapshot returns an error of reason ReasonSnapshotInProgress (call again: the Job's end
 // notifies the Cluster); once it ended, the snapshot it took, or why it failed.
-func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (backend.Snapshot, error) {
+func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, retention backend.Retention) (backend.Snapshot, error) {
 	h, s, version, err := b.backupTarget(ctx, cl)
 	if err != nil {
 		return backend.Snapshot{}, err
@@ -95,7 +95,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	case err != nil:
 		return backend.Snapshot{}, err
 	case run.job == nil:
-		if err := b.startSnapshot(ctx, t, version, keep); err != nil {
+		if err := b.startSnapshot(ctx, t, version, retention); err != nil {
 			return backend.Snapshot{}, err
 		}
 		return backend.Snapshot{}, inProgress(t, "started")
@@ -111,6 +111,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 		return backend.Snapshot{}, t.drop(ctx, fmt.Errorf("the snapshot Job %s failed: %w", t.key(), err))
 	}
 	res.Snapshot.Namespace = cl.Namespace // the Job does not know it; the catalog records it
+	res.Snapshot.RemovedForSpace = res.RemovedForSpace
 	if err := updateCatalog(ctx, h, s, *res.Snapshot, res.Removed); err != nil {
 		return backend.Snapshot{}, err // the Job stays: harvested at the next call
 	}
@@ -154,7 +155,7 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 // startSnapshot prepares BackupNamespace, keeps the encryption keys beside the snapshots, makes
 // the snapshots' claim and starts the snapshot Job of t, which carries what its start saw of the
 // keys.
-func (b *Backend) startSnapshot(ctx context.Context, t task, version string, keep int) error {
+func (b *Backend) startSnapshot(ctx context.Context, t task, version string, retention backend.Retention) error {
 	bs := t.s.backupSpec()
 	if err := t.prepare(ctx); err != nil {
 		return err
@@ -170,7 +171,7 @@ func (b *Backend) startSnapshot(ctx context.Context, t task, version string, kee
 	if err != nil {
 		return err
 	}
-	job := bs.SnapshotJob(t.s, version, keep)
+	job := bs.SnapshotJob(t.s, version, retention)
 	job.Annotations[AnnotationSnapshotKeys] = string(seen)
 	return t.launch(ctx, job, nil)
 }
@@ -179,7 +180,9 @@ func (b *Backend) startSnapshot(ctx context.Context, t task, version string, kee
 type snapshotResult struct {
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
 	Removed  []string          `json:"removed,omitempty"`
-	Error    string            `json:"error,omitempty"`
+	// RemovedForSpace are those of Removed taken out before the save, beyond the policy, for room.
+	RemovedForSpace []string `json:"removedForSpace,omitempty"`
+	Error           string   `json:"error,omitempty"`
 	// Member is the etcd member the snapshot was taken from: one in the quorum.
 	Member string `json:"member,omitempty"`
 }
@@ -296,15 +299,15 @@ func (s *Spec) SnapshotClaim(ns string) *corev1.PersistentVolumeClaim {
 }
 
 // SnapshotJob is the Job that takes a snapshot of the etcd of cp's control plane, of Kubernetes
-// version, onto its claim and keeps the newest keep, with the etcd client certificate in the
-// Secret of its own name: from the member in the quorum (cmd/etcd-snapshot save --member, every
-// member named), never one cut off from its peers.
-func (s *Spec) SnapshotJob(cp *Spec, version string, keep int) *batchv1.Job {
+// version, onto its claim (making room on a full claim first) and keeps what retention keeps,
+// with the etcd client certificate in the Secret of its own name: from the member in the quorum
+// (cmd/etcd-snapshot save --member, every member named), never one cut off from its peers.
+func (s *Spec) SnapshotJob(cp *Spec, version string, retention backend.Retention) *batchv1.Job {
 	ns := cp.Namespace
 	names := namesFor(ns)
 	const pki = "/etc/etcd/pki"
-	args := []string{"save", "--dir=" + snapshotsMount, "--cluster=" + string(s.Cluster.UID), "--keep=" + strconv.Itoa(keep), "--version=" + version,
-		"--cacert=" + pki + "/ca.crt", "--cert=" + pki + "/tls.crt", "--key=" + pki + "/tls.key"}
+	args := append([]string{"save", "--dir=" + snapshotsMount, "--cluster=" + string(s.Cluster.UID), "--version=" + version}, retention.Flags()...)
+	args = append(args, "--cacert="+pki+"/ca.crt", "--cert="+pki+"/tls.crt", "--key="+pki+"/tls.key")
 	pod := s.podSpec(ComponentSnapshot, []corev1.Container{{
 		Name:    ComponentSnapshot,
 		Image:   s.Image,

@@ -60,7 +60,7 @@ func TestSnapshotJobs(t *testing.T) {
 func emptyDirHasNone(t *testing.T, h *harness) {
 	empty := newCluster("snap-emptydir")
 	h.ensure(t, empty)
-	_, err := h.b.Snapshot(t.Context(), empty, 3)
+	_, err := h.b.Snapshot(t.Context(), empty, backend.KeepNewest(3))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonBackupUnavailable), "%v", err)
 	assert.Contains(t, err.Error(), "emptyDir")
@@ -77,7 +77,7 @@ func (c *snapshotCase) taken(name string) backend.Snapshot {
 func (c *snapshotCase) firstJob(t *testing.T) {
 	h, ctx, cl, ns, names := c.h, t.Context(), c.cl, c.ns, c.names
 	sharedCredential(t, h, ns)
-	_, err := h.b.Snapshot(ctx, cl, 3)
+	_, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(3))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
 	assert.Equal(t, int64(snapshotDeadline.Seconds()), *job.Spec.ActiveDeadlineSeconds)
@@ -104,7 +104,7 @@ func (c *snapshotCase) firstJob(t *testing.T) {
 		}
 	}
 	assert.True(t, found, "the etcd NetworkPolicy lets in this Cluster's snapshot Jobs: %+v", np.Spec.Ingress)
-	_, err = h.b.Snapshot(ctx, cl, 3)
+	_, err = h.b.Snapshot(ctx, cl, backend.KeepNewest(3))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "still running: %v", err)
 }
 
@@ -118,7 +118,7 @@ func (c *snapshotCase) firstListed(t *testing.T) {
 	}
 	h.endJob(t, names.job, batchv1.JobComplete, snapshotResultOf(t, c.first))
 	awaitNotified(t, h, cl) // its end reconciles the Cluster: no one polls while it runs
-	got, err := h.b.Snapshot(ctx, cl, 3)
+	got, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(3))
 	require.NoError(t, err)
 	c.first.Namespace = cl.Namespace // the Job does not know it; the backend records it
 	assert.Equal(t, c.first, got)
@@ -139,7 +139,7 @@ func (c *snapshotCase) firstListed(t *testing.T) {
 func (c *snapshotCase) nextRemovesFirst(t *testing.T) {
 	h, ctx, cl, names := c.h, t.Context(), c.cl, c.names
 	forceGone(t, names.job)
-	_, err := h.b.Snapshot(ctx, cl, 1)
+	_, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(1))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	job := get(t, &batchv1.Job{}, BackupNamespace, names.job)
 	secondCert := jobCert(t, job, "pki", c.ns, x509.ExtKeyUsageClientAuth)
@@ -147,7 +147,7 @@ func (c *snapshotCase) nextRemovesFirst(t *testing.T) {
 	assert.NotEqual(t, c.firstCert.RawSubjectPublicKeyInfo, secondCert.RawSubjectPublicKeyInfo, "and a key of its own")
 	h.endJob(t, names.job, batchv1.JobComplete, snapshotResultOf(t, c.second, c.first.Name))
 	c.second.Namespace = cl.Namespace
-	_, err = h.b.Snapshot(ctx, cl, 1)
+	_, err = h.b.Snapshot(ctx, cl, backend.KeepNewest(1))
 	require.NoError(t, err)
 	list, err := h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
@@ -158,10 +158,10 @@ func (c *snapshotCase) nextRemovesFirst(t *testing.T) {
 func (c *snapshotCase) failedSaysWhy(t *testing.T) {
 	h, ctx, cl, names := c.h, t.Context(), c.cl, c.names
 	forceGone(t, names.job)
-	_, err := h.b.Snapshot(ctx, cl, 1)
+	_, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(1))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	h.endJob(t, names.job, batchv1.JobFailed, `{"error":"etcdctl snapshot save: exit status 1: context deadline exceeded"}`)
-	_, err = h.b.Snapshot(ctx, cl, 1)
+	_, err = h.b.Snapshot(ctx, cl, backend.KeepNewest(1))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "context deadline exceeded", "the tool's own words")
 	assertNoSecret(t, names.job, "a failed Job's certificate goes with it too")

@@ -356,7 +356,7 @@ func (c *keptCase) leftByEarlierRelease(t *testing.T) backend.Snapshot {
 // snapshotStartKeepsWrapped: a snapshot's start keeps the keys wrapped, with a key of the operator's namespace.
 func (c *keptCase) snapshotStartKeepsWrapped(t *testing.T) {
 	ctx, k := t.Context(), c.k
-	_, err := c.h.b.Snapshot(ctx, c.cl, 3)
+	_, err := c.h.b.Snapshot(ctx, c.cl, backend.KeepNewest(3))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	kept := get(t, &corev1.Secret{}, BackupNamespace, c.names.keys)
 	assert.Equal(t, []string{encryption.KeptFile}, slices.Collect(maps.Keys(kept.Data)), "the plain copy is gone")
@@ -379,7 +379,7 @@ func (c *keptCase) unneededKeysGo(t *testing.T, earlier backend.Snapshot) {
 	h, ctx, cl, k := c.h, t.Context(), c.cl, c.k
 	c.first = c.taken("20261126T010000Z")
 	h.endJob(t, c.names.job, batchv1.JobComplete, snapshotResultOf(t, c.first))
-	_, err := h.b.Snapshot(ctx, cl, 3)
+	_, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(3))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{k[0].Name, k[1].Name}, c.keptNames(t), "the earlier snapshot is listed: nothing goes")
 
@@ -388,11 +388,11 @@ func (c *keptCase) unneededKeysGo(t *testing.T, earlier backend.Snapshot) {
 	// k1 stays for the first snapshot.
 	c.setKeys(t, encryption.State{Keys: []encryption.Key{k[2], k[1], k[0]}, Migrated: k[2].Name})
 	forceGone(t, c.names.job)
-	_, err = h.b.Snapshot(ctx, cl, 2)
+	_, err = h.b.Snapshot(ctx, cl, backend.KeepNewest(2))
 	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
 	second := c.taken("20261126T020000Z")
 	h.endJob(t, c.names.job, batchv1.JobComplete, snapshotResultOf(t, second, earlier.Name))
-	_, err = h.b.Snapshot(ctx, cl, 2)
+	_, err = h.b.Snapshot(ctx, cl, backend.KeepNewest(2))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{k[1].Name, k[2].Name}, c.keptNames(t))
 	assertNoKeyIn(t, get(t, &corev1.Secret{}, BackupNamespace, c.names.keys).Data, k[:])
@@ -418,7 +418,7 @@ func (c *keptCase) garbledWrappingKeyRefused(t *testing.T) {
 	require.NoError(t, env.Client.Create(ctx, garbled))
 	before := get(t, &corev1.Secret{}, BackupNamespace, names.keys).ResourceVersion
 	forceGone(t, names.job)
-	_, err := h.b.Snapshot(ctx, c.cl, 2)
+	_, err := h.b.Snapshot(ctx, c.cl, backend.KeepNewest(2))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), own+"/"+KeyWrappingSecret)
@@ -447,7 +447,7 @@ func (c *keptCase) noNewWrappingKey(t *testing.T) {
 	good := get(t, &corev1.Secret{}, own, KeyWrappingSecret)
 	require.NoError(t, env.Client.Delete(ctx, good))
 	// The copy's Cluster has none of its own yet: only the record keeps a new key from being made.
-	_, err := h.b.Snapshot(ctx, copyOf, 2)
+	_, err := h.b.Snapshot(ctx, copyOf, backend.KeepNewest(2))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), "is missing")
@@ -458,7 +458,7 @@ func (c *keptCase) noNewWrappingKey(t *testing.T) {
 	require.NoError(t, err)
 	replaced := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: own, Name: KeyWrappingSecret}, Data: map[string][]byte{keyWrappingData: other}}
 	require.NoError(t, env.Client.Create(ctx, replaced))
-	_, err = h.b.Snapshot(ctx, copyOf, 2)
+	_, err = h.b.Snapshot(ctx, copyOf, backend.KeepNewest(2))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), "put back the Secret with key")

@@ -116,7 +116,7 @@ func TestSnapshotJobMembers(t *testing.T) {
 		t.Run(fmt.Sprintf("highly available %t", ha), func(t *testing.T) {
 			cp := testSpec()
 			cp.HighAvailability = ha
-			args := cp.backupSpec().SnapshotJob(cp, "1.37.1", 3).Spec.Template.Spec.Containers[0].Args
+			args := cp.backupSpec().SnapshotJob(cp, "1.37.1", backend.KeepNewest(3)).Spec.Template.Spec.Containers[0].Args
 			assert.Equal(t, "save", args[0])
 			want := []string{fmt.Sprintf("--member=etcd-0=https://etcd.%s.svc:2379", cp.Namespace)}
 			if ha {

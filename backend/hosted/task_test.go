@@ -2,10 +2,13 @@ package hosted
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,7 +70,7 @@ func TestJobTemplates(t *testing.T) {
 		job    *batchv1.Job
 		volume string
 	}{
-		{snapshotJobs, bs.SnapshotJob(cp, "1.37.1", 3), "pki"},
+		{snapshotJobs, bs.SnapshotJob(cp, "1.37.1", backend.KeepNewest(3)), "pki"},
 		{maintainJobs, bs.MaintenanceJob(cp, false, 0), "pki"},
 		{serveJobs, bs.ServeJob(cp.Namespace, backend.Snapshot{Name: "20261126T010000Z", Cluster: "x"}, 1), "serve"},
 	} {
@@ -81,5 +84,19 @@ func TestJobTemplates(t *testing.T) {
 			assert.Contains(t, tc.job.Spec.Template.Spec.Volumes, tc.kind.secretVolume(tc.volume, cp.Namespace))
 			assert.Equal(t, "team-a/x", tc.job.Annotations[AnnotationCluster], "its changes notify its Cluster")
 		})
+	}
+}
+
+// TestSnapshotJobRetention: the snapshot Job carries the ProviderConfig's retention as the flags
+// cmd/etcd-snapshot save reads back into the same backend.Retention, before the members.
+func TestSnapshotJobRetention(t *testing.T) {
+	cp := &Spec{Namespace: "hcp-x", Image: image1, Cluster: ClusterRef{Namespace: "team-a", Name: "x", UID: "x"}}
+	r := backend.Retention{Keep: 2, Hourly: 24, Daily: 7, Weekly: 4, Monthly: 6}
+	args := cp.backupSpec().SnapshotJob(cp, "1.37.1", r).Spec.Template.Spec.Containers[0].Args
+	sep := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "--member=") })
+	require.Positive(t, sep, "the members are named: %v", args)
+	for _, f := range r.Flags() {
+		i := slices.Index(args, f)
+		assert.True(t, i > 0 && i < sep, "%s before --: %v", f, args)
 	}
 }

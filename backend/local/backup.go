@@ -41,8 +41,9 @@ func (b *Backend) backupDir(uid types.UID) string {
 }
 
 // Snapshot takes a snapshot of cl's etcd (etcdctl snapshot save, over its unix socket), checks it
-// (etcdutl snapshot status), records it, and removes all but the newest keep of cl's snapshots.
-func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, keep int) (backend.Snapshot, error) {
+// (etcdutl snapshot status), records it, and removes the snapshots of cl that retention removes;
+// on a full filesystem it makes room first (snapshots.Store.Save).
+func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, retention backend.Retention) (backend.Snapshot, error) {
 	b.mu.Lock()
 	in := b.instances[cl.UID]
 	busy := b.upgrades[cl.UID] != nil || b.restores[cl.UID] != nil
@@ -65,14 +66,14 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, ke
 	if _, err := b.settleKeys(cl.UID, &before, "", nil, nil); err != nil {
 		return backend.Snapshot{}, fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot taken): %w", err)
 	}
-	s, err := b.store(in.bins).Take(ctx, cl.UID, cl.Namespace, running, in.dir, "--endpoints=unix://"+etcdSocket)
+	logf := func(format string, args ...any) { in.log.Info(fmt.Sprintf(format, args...)) }
+	saved, err := b.store(in.bins).Save(ctx, retention, cl.UID, cl.Namespace, running, in.dir, logf, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
-	in.log.Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys)
-	if _, err := b.store(in.bins).Prune(cl.UID, keep); err != nil {
-		in.log.Error(err, "Removing old snapshots failed; they stay until the next snapshot tries again")
-	}
+	s := saved.Snapshot
+	s.RemovedForSpace = saved.RemovedForSpace
+	in.log.Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys, "removed", saved.Removed)
 	in.mu.Lock()
 	after := in.enc // a rotation may have come meanwhile
 	in.mu.Unlock()

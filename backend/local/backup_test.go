@@ -71,7 +71,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 	t.Run("a new Cluster made from the snapshot", d.newClusterFromSnapshot)
 
 	t.Run("the newest snapshots are kept", func(t *testing.T) {
-		second, err := d.h.b.Snapshot(t.Context(), d.cl, 1)
+		second, err := d.h.b.Snapshot(t.Context(), d.cl, backend.KeepNewest(1))
 		require.NoError(t, err)
 		listed, err := d.h.b.Snapshots(t.Context(), d.cl)
 		require.NoError(t, err)
@@ -112,7 +112,7 @@ func startDrill(t *testing.T) *drill {
 func (d *drill) snapshotTaken(t *testing.T) {
 	h, cl := d.h, d.cl
 	var err error
-	d.snap, err = h.b.Snapshot(t.Context(), cl, 5)
+	d.snap, err = h.b.Snapshot(t.Context(), cl, backend.KeepNewest(5))
 	require.NoError(t, err)
 	snap := d.snap
 	assert.Equal(t, cl.UID, snap.Cluster)
@@ -370,7 +370,7 @@ func BenchmarkBackup(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		s, err := h.b.Snapshot(ctx, cl, 2)
+		s, err := h.b.Snapshot(ctx, cl, backend.KeepNewest(2))
 		require.NoError(b, err)
 		snapS = append(snapS, time.Since(start).Seconds())
 		sizes = append(sizes, float64(s.Size)/1e6)

@@ -174,7 +174,7 @@ func (e *sealed) keysKeptAsEarlierRelease(t *testing.T) (encryption.State, encry
 func (e *sealed) snapshotBeforeRotation(t *testing.T, plain encryption.State, x encryption.Key) {
 	h, cl := e.h, e.cl
 	var err error
-	e.snap, err = h.b.Snapshot(t.Context(), cl, 3)
+	e.snap, err = h.b.Snapshot(t.Context(), cl, backend.KeepNewest(3))
 	require.NoError(t, err)
 	assertKeptWrapped(t, h, cl.UID, plain.Keys)
 	assert.ElementsMatch(t, []string{e.first, x.Name}, keptNames(t, h, cl.UID), "the plain copy's keys are kept, wrapped")
@@ -234,7 +234,7 @@ func (e *sealed) copyReadsSnapshot(t *testing.T) {
 func (e *sealed) keptWhatSnapshotsNeed(t *testing.T) {
 	h, cl := e.h, e.cl
 	var err error
-	e.snap2, err = h.b.Snapshot(t.Context(), cl, 2)
+	e.snap2, err = h.b.Snapshot(t.Context(), cl, backend.KeepNewest(2))
 	require.NoError(t, err)
 	assert.ElementsMatch(t, []string{e.first, e.second}, keptNames(t, h, cl.UID))
 	now, _, err := encryption.Load(e.dir)
@@ -252,7 +252,7 @@ func (e *sealed) badWrappingKeyRefused(t *testing.T) {
 	kept, err := os.ReadFile(keptFile)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(wrapping, []byte("garbled\n"), 0o600))
-	_, err = h.b.Snapshot(t.Context(), cl, 2)
+	_, err = h.b.Snapshot(t.Context(), cl, backend.KeepNewest(2))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), wrapping)
@@ -270,7 +270,7 @@ func (e *sealed) badWrappingKeyRefused(t *testing.T) {
 
 	// Missing while copies are wrapped with it: no new one is made, which could not unwrap them.
 	require.NoError(t, os.Remove(wrapping))
-	_, err = h.b.Snapshot(t.Context(), cl, 2)
+	_, err = h.b.Snapshot(t.Context(), cl, backend.KeepNewest(2))
 	require.Error(t, err)
 	assert.True(t, backend.IsReason(err, backend.ReasonStateDamaged), "%v", err)
 	assert.Contains(t, err.Error(), "is missing")

@@ -47,6 +47,8 @@ type Store struct {
 	Dir string
 	// Etcdctl and Etcdutl are the paths of the tools.
 	Etcdctl, Etcdutl string
+	// FreeSpace reads the free space of a folder's filesystem; nil is FreeSpace (statfs).
+	FreeSpace func(dir string) (int64, error)
 }
 
 // ClusterDir is the folder of the snapshots of the Cluster with uid.
@@ -103,17 +105,23 @@ func (s Store) Take(ctx context.Context, uid types.UID, namespace, kubernetesVer
 	return snap, nil
 }
 
-// Prune removes all but the newest keep snapshots of uid and returns the names removed.
-func (s Store) Prune(uid types.UID, keep int) ([]string, error) {
+// Prune removes the snapshots of uid that r removes at now (never the newest: backend.Retention)
+// and returns the names removed.
+func (s Store) Prune(uid types.UID, r backend.Retention, now time.Time) ([]string, error) {
 	all, err := s.List(uid)
-	if err != nil || keep <= 0 || len(all) <= keep {
+	if err != nil {
 		return nil, err
 	}
+	return s.remove(uid, r.Prune(all, now))
+}
+
+// remove removes snaps of uid, the record first: a snapshot without one is ignored, never
+// half-listed.
+func (s Store) remove(uid types.UID, snaps []backend.Snapshot) ([]string, error) {
 	dir := s.ClusterDir(uid)
 	var errs []error
 	var removed []string
-	for _, snap := range all[keep:] {
-		// The record first: a snapshot without one is ignored, never half-listed.
+	for _, snap := range snaps {
 		for _, f := range []string{snap.Name + RecordSuffix, snap.Name + SnapshotSuffix} {
 			if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)

@@ -1,11 +1,12 @@
 // Command etcd-snapshot is the hosted backend's snapshot tool, in the control-plane image beside
 // etcdctl and etcdutl (the image has no shell). The backend runs it in Jobs and init containers:
 //
-//	etcd-snapshot save --dir D --cluster UID --version V --keep N
-//	        [--member NAME=URL... --cacert CA --cert C --key K] [-- ETCDCTL-CONNECTION-FLAGS...]
-//	    takes a snapshot into D/UID/ (backend/snapshots: etcdctl, checked with etcdutl, SHA-256
-//	    recorded), removes all but the newest N, and writes what it did as JSON to --result
-//	    (the container's termination message, which the backend reads). With --member, from the
+//	etcd-snapshot save --dir D --cluster UID --version V --keep N [--hourly H --daily D --weekly W
+//	        --monthly M] [--member NAME=URL... --cacert CA --cert C --key K] [-- ETCDCTL-CONNECTION-FLAGS...]
+//	    makes room on a full D first (backend.Retention.MakeRoom), takes a snapshot into D/UID/
+//	    (backend/snapshots: etcdctl, checked with etcdutl, SHA-256 recorded), removes those the
+//	    retention (backend.Retention) removes, and writes what it did as JSON to --result (the
+//	    container's termination message, which the backend reads). With --member, from the
 //	    member in the quorum (etcdmaint.Pick: the healthy leader, never one cut off from its
 //	    peers), named in the result; none in the quorum: no snapshot, and nothing removed.
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
@@ -56,10 +57,14 @@ import (
 type Result struct {
 	// Snapshot is the snapshot taken (save) or served (serve).
 	Snapshot *backend.Snapshot `json:"snapshot,omitempty"`
-	// Removed are the snapshots save removed (all but the newest --keep).
+	// Removed are the snapshots save removed (those the retention flags remove, and those removed
+	// for room).
 	Removed []string `json:"removed,omitempty"`
 	// Member is the etcd member save took the snapshot from (with --member).
 	Member string `json:"member,omitempty"`
+	// RemovedForSpace are those of Removed that the retention keeps, removed before the save
+	// because the claim was full.
+	RemovedForSpace []string `json:"removedForSpace,omitempty"`
 	// Error says why it failed.
 	Error string `json:"error,omitempty"`
 	// Refused: the snapshot cannot be restored (serve).
@@ -124,7 +129,12 @@ func save(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "/snapshots", "the snapshots' folder")
 	cluster := fs.String("cluster", "", "the Cluster's UID")
 	version := fs.String("version", "", "the Kubernetes version the cluster runs")
-	keep := fs.Int("keep", 24, "how many snapshots of the cluster to keep")
+	var r backend.Retention
+	fs.IntVar(&r.Keep, "keep", 24, "how many of the newest snapshots of the cluster to keep")
+	fs.IntVar(&r.Hourly, "hourly", 0, "how many of the last hours keep their newest snapshot")
+	fs.IntVar(&r.Daily, "daily", 0, "how many of the last days keep their newest snapshot")
+	fs.IntVar(&r.Weekly, "weekly", 0, "how many of the last weeks keep their newest snapshot")
+	fs.IntVar(&r.Monthly, "monthly", 0, "how many of the last months keep their newest snapshot")
 	result := fs.String("result", "/dev/termination-log", "where to write the result")
 	var ms members
 	fs.Var(&ms, "member", "an etcd member, NAME=CLIENT-URL (repeated: every member; the snapshot is taken from one in the quorum)")
@@ -141,15 +151,15 @@ func save(ctx context.Context, args []string) error {
 	}
 	s := store(*dir)
 	// No namespace in the claim's record: the backend records it in its catalog (updateCatalog).
-	snap, err := s.Take(ctx, types.UID(*cluster), "", *version, *dir, conn...)
+	// The claim full: room made first (snapshots.Store.Save), said in RemovedForSpace.
+	logf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	saved, err := s.Save(ctx, r, types.UID(*cluster), "", *version, *dir, logf, conn...)
+	res := Result{Removed: saved.Removed, RemovedForSpace: saved.RemovedForSpace, Member: member}
 	if err != nil {
-		return writeResult(*result, Result{Member: member}, err)
+		return writeResult(*result, res, err)
 	}
-	removed, err := s.Prune(snap.Cluster, *keep)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "removing old snapshots:", err) // they stay until the next one
-	}
-	return writeResult(*result, Result{Snapshot: &snap, Removed: removed, Member: member}, nil)
+	res.Snapshot = &saved.Snapshot
+	return writeResult(*result, res, nil)
 }
 
 func serve(ctx context.Context, args []string) error {

@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +34,9 @@ const (
 	ReasonNoSnapshotYet = "NoSnapshotYet"
 	ReasonRestoreDone   = "RestoreDone"
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonSnapshotsRemovedForSpace (Warning Event): snapshots the retention policy keeps were
+	// removed to make room for a new one on a full destination.
+	ReasonSnapshotsRemovedForSpace = "SnapshotsRemovedForSpace"
 )
 
 // retryBackup is how soon a failed snapshot, or one the cluster was not ready for, is tried again.
@@ -67,9 +72,9 @@ type backups struct {
 	unsupported string
 	// snapshots are cl's snapshots, newest first, for status.providerStatus.backups.
 	snapshots []backend.Snapshot
-	// interval and keep are the profile's schedule.
-	interval time.Duration
-	keep     int
+	// interval and retention are the profile's schedule.
+	interval  time.Duration
+	retention backend.Retention
 	// failed is the snapshot this reconcile took and that failed; refused the restore asked for
 	// and refused.
 	failed, refused error
@@ -85,7 +90,7 @@ func (b *backups) apply(cl *clustersv1alpha1.Cluster, s backend.State, profile s
 	case !b.supported:
 		meta.RemoveStatusCondition(&cl.Status.Conditions, ConditionBackedUp)
 	default:
-		setBackedUp(cl, b.snapshots, b.interval, b.keep, b.failed, profile)
+		setBackedUp(cl, b.snapshots, b.interval, b.retention, b.failed, profile)
 		setRestored(cl, s, b.refused)
 	}
 }
@@ -118,8 +123,9 @@ func (r *Reconciler) restore(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 // snapshot takes the snapshot cl is due for (its schedule, or AnnotationSnapshot) when the
 // cluster serves (not while it is restored or upgraded), and lists its snapshots.
 func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, bk backend.Backups, s backend.State) (backups, error) {
-	interval, keep := r.Backup.Scheduled()
-	out := backups{supported: true, interval: interval, keep: keep}
+	interval, _ := r.Backup.Scheduled()
+	retention := backend.RetentionOf(r.Backup)
+	out := backups{supported: true, interval: interval, retention: retention}
 	snaps, err := bk.Snapshots(ctx, cl)
 	if err != nil {
 		return out, fmt.Errorf("listing the snapshots: %w", err)
@@ -128,7 +134,7 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	now := time.Now()
 	due := asked || (interval > 0 && (len(snaps) == 0 || !now.Before(snaps[0].Taken.Add(interval))))
 	if due && s.Ready {
-		snap, err := bk.Snapshot(ctx, cl, keep)
+		snap, err := bk.Snapshot(ctx, cl, retention)
 		switch {
 		case backend.IsReason(err, backend.ReasonSnapshotInProgress):
 			out.requeue = snapshotSafetyNet // the backend takes it in the background and notifies
@@ -138,8 +144,8 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 			r.Event(cl, "Warning", ReasonBackupFailed, "Backup", "The snapshot of etcd failed: %s", err.Error())
 			out.requeue = retryBackup
 		default:
-			r.Event(cl, "Normal", ReasonSnapshotTaken, "Backup", "Took snapshot %s of etcd: %d bytes, revision %d, %d keys.", snap.Name, snap.Size, snap.Revision, snap.Keys)
-			snaps = withNewest(snaps, snap, keep)
+			r.snapshotTaken(cl, snap, "")
+			snaps = withNewest(snaps, snap, retention, now)
 			if err := kit.RemoveAnnotation(ctx, r.Client, cl, backend.AnnotationSnapshot); err != nil {
 				return out, fmt.Errorf("after the snapshot: %w", err)
 			}
@@ -159,8 +165,8 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 }
 
 // setBackedUp records the newest snapshot, or why there is none.
-func setBackedUp(cl *clustersv1alpha1.Cluster, snaps []backend.Snapshot, interval time.Duration, keep int, failed error, profile string) {
-	schedule := fmt.Sprintf("a snapshot every %s, the newest %d kept", interval, keep)
+func setBackedUp(cl *clustersv1alpha1.Cluster, snaps []backend.Snapshot, interval time.Duration, retention backend.Retention, failed error, profile string) {
+	schedule := fmt.Sprintf("a snapshot every %s, %s kept", interval, retention)
 	if interval == 0 {
 		schedule = fmt.Sprintf("scheduled snapshots are off (spec.backup.disabled of the ProviderConfig of profile %s); annotate the Cluster with %s to take one", profile, backend.AnnotationSnapshot)
 	}
@@ -210,17 +216,34 @@ func forgetBackups(cl *clustersv1alpha1.Cluster) {
 
 func refName(cl *clustersv1alpha1.Cluster) string { return client.ObjectKeyFromObject(cl).String() }
 
-// withNewest is snaps (newest first) after snap was taken and all but the newest keep kept, as the
-// backend keeps them (Backups.Snapshot): no second listing.
-func withNewest(snaps []backend.Snapshot, snap backend.Snapshot, keep int) []backend.Snapshot {
+// withNewest is snaps (newest first) after snap was taken and those retention removes (and those
+// removed for space) were removed, as the backend removes them (Backups.Snapshot): no second
+// listing.
+func withNewest(snaps []backend.Snapshot, snap backend.Snapshot, retention backend.Retention, now time.Time) []backend.Snapshot {
 	out := []backend.Snapshot{snap}
 	for _, s := range snaps {
-		if s.Name != snap.Name {
+		if s.Name != snap.Name && !slices.Contains(snap.RemovedForSpace, s.Name) {
 			out = append(out, s)
 		}
 	}
-	if keep > 0 && len(out) > keep {
-		out = out[:keep]
+	for _, gone := range retention.Prune(out, now) {
+		out = slices.DeleteFunc(out, func(s backend.Snapshot) bool { return s.Name == gone.Name })
 	}
 	return out
+}
+
+// snapshotTaken emits the Events of a snapshot taken (why: "" for a scheduled or asked one, or
+// the reason it was taken before something), and a Warning when snapshots were removed beyond
+// the retention policy to make room for it.
+func (r *Reconciler) snapshotTaken(cl *clustersv1alpha1.Cluster, snap backend.Snapshot, why string) {
+	reason, what := ReasonSnapshotTaken, ""
+	if why != "" {
+		reason, what = why, " ("+why+")"
+	}
+	r.Event(cl, "Normal", reason, "Backup", "Took snapshot %s of etcd%s: %d bytes, revision %d, %d keys.", snap.Name, what, snap.Size, snap.Revision, snap.Keys)
+	if len(snap.RemovedForSpace) > 0 {
+		r.Event(cl, "Warning", ReasonSnapshotsRemovedForSpace, "Backup",
+			"The snapshots' destination was full: removed snapshots %s, which the retention policy keeps, to save %s; give the destination more space.",
+			strings.Join(snap.RemovedForSpace, ", "), snap.Name)
+	}
 }

@@ -42,7 +42,7 @@ func TestSetBackedUp(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := &clustersv1alpha1.Cluster{}
-			setBackedUp(cl, tc.snaps, tc.interval, 24, tc.failed, "prof")
+			setBackedUp(cl, tc.snaps, tc.interval, backend.KeepNewest(24), tc.failed, "prof")
 			c := condition(t, cl, ConditionBackedUp)
 			assert.Equal(t, tc.status, c.Status)
 			assert.Equal(t, tc.reason, c.Reason)
@@ -99,7 +99,7 @@ func TestBackupConditionsAreInformational(t *testing.T) {
 	cl := &clustersv1alpha1.Cluster{}
 	require.NoError(t, setState(cl, "local", backend.State{Runs: "1.37.1", Ready: true, Reason: backend.ReasonRunning,
 		Parts: []backend.Part{{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonRunning}}}, nil))
-	setBackedUp(cl, nil, time.Hour, 24, errors.New("disk full"), "prof")
+	setBackedUp(cl, nil, time.Hour, backend.KeepNewest(24), errors.New("disk full"), "prof")
 	setRestored(cl, backend.State{}, backend.Errorf(backend.ReasonRestoreRefused, "no such snapshot"))
 	finish(cl)
 	assert.Equal(t, common.PhaseReady, cl.Status.Phase)

@@ -112,7 +112,7 @@ func TestBackupSchedule(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, snaps, 2, "the oldest was removed")
 	for _, c := range fake.Calls(backendtest.MethodSnapshot, key) {
-		assert.Equal(t, 2, c.Keep, "the ProviderConfig's keep")
+		assert.Equal(t, backend.KeepNewest(2), c.Retention, "the ProviderConfig's keep")
 	}
 
 	// The schedule turned off: said so; what was taken stays.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -31,7 +32,18 @@ func TestWithNewest(t *testing.T) {
 		"keep 1 keeps the new one": {before: []backend.Snapshot{snap("a")}, taken: "b", keep: 1, want: []string{"b"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			assert.Equal(t, tc.want, names(withNewest(tc.before, snap(tc.taken), tc.keep)))
+			assert.Equal(t, tc.want, names(withNewest(tc.before, snap(tc.taken), backend.KeepNewest(tc.keep), time.Now())))
 		})
 	}
+	t.Run("removed for space and by age tiers", func(t *testing.T) {
+		now := time.Date(2026, 11, 27, 12, 30, 0, 0, time.UTC)
+		at := func(name string, ago time.Duration) backend.Snapshot {
+			return backend.Snapshot{Name: name, Taken: now.Add(-ago)}
+		}
+		taken := at("e", 0)
+		taken.RemovedForSpace = []string{"a"}
+		before := []backend.Snapshot{at("d", 10*time.Minute), at("c", time.Hour), at("b", 2*time.Hour), at("a", 3*time.Hour)}
+		// Hourly 2: e (this hour) and c (the last); d shares e's hour, b is older; a went for space.
+		assert.Equal(t, []string{"e", "c"}, names(withNewest(before, taken, backend.Retention{Hourly: 2}, now)))
+	})
 }

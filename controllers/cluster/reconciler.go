@@ -107,7 +107,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 				"The ProviderConfig of profile %s asks for backend %q, which does not run in this operator; nothing is provisioned.", r.Profile, r.BackendName))
 		})
 	}
-	state, err := r.Backend.Ensure(ctx, cl, r.want(cl))
+	want, held, err := r.beforeUpgrade(ctx, cl)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	state, err := r.Backend.Ensure(ctx, cl, want)
 	if err != nil {
 		reason := kit.ReasonOf(err, ReasonProvisioningFailed)
 		_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setNotProvisioned(cl, reason, err.Error()) })
@@ -121,7 +125,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 	for _, w := range state.Warnings {
 		r.Event(cl, "Warning", w.Reason, "Provision", "%s", w.Message)
 	}
-	bks, err := r.backups(ctx, cl, &state)
+	bks, err := r.backups(ctx, cl, &state, want)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -132,8 +136,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 	_, err = r.writeStatus(ctx, cl, cl.DeepCopy(), func() {
 		setErr = setState(cl, r.BackendName, state, bks.snapshots)
 		bks.apply(cl, state, r.Profile)
+		held.apply(cl)
 	})
 	requeue := state.RetryAfter
+	if held != nil && (requeue == 0 || held.requeue < requeue) {
+		requeue = held.requeue
+	}
 	if bks.requeue > 0 && (requeue == 0 || bks.requeue < requeue) {
 		requeue = bks.requeue
 	}
@@ -143,7 +151,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 // backups carries out what cl asks of its snapshots (a restore, a snapshot now) and takes the
 // snapshots its schedule calls for, where the backend takes any. A restore started changes the
 // state: *state is observed again.
-func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, state *backend.State) (backups, error) {
+func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, state *backend.State, want backend.Want) (backups, error) {
 	bk, ok := r.Backend.(backend.Backups)
 	if !ok {
 		out := backups{}
@@ -158,7 +166,7 @@ func (r *Reconciler) backups(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 		return backups{}, err
 	}
 	if started {
-		if *state, err = r.Backend.Ensure(ctx, cl, r.want(cl)); err != nil {
+		if *state, err = r.Backend.Ensure(ctx, cl, want); err != nil {
 			return backups{}, fmt.Errorf("observing the cluster after starting the restore: %w", err)
 		}
 	}
@@ -195,7 +203,7 @@ func (r *Reconciler) events(cl *clustersv1alpha1.Cluster, before []metav1.Condit
 	}
 	if changed, c := transition(before, cl.Status.Conditions, ConditionVersionUpToDate); changed {
 		switch c.Reason {
-		case backend.ReasonVersionChangeRefused:
+		case backend.ReasonVersionChangeRefused, ReasonSnapshotBeforeUpgradeFailed:
 			r.Event(cl, "Warning", c.Reason, "Upgrade", "%s", c.Message)
 		case backend.ReasonUpgrading:
 			r.Event(cl, "Normal", c.Reason, "Upgrade", "%s", c.Message)
@@ -285,6 +293,9 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, cl *clustersv1alpha1.C
 		})
 	}
 	if r.Backend != nil {
+		if res, wait, err := r.beforeDelete(ctx, cl); wait || err != nil {
+			return res, err
+		}
 		gone, err := r.Backend.Delete(ctx, cl)
 		if err != nil || !gone {
 			_, serr := r.writeStatus(ctx, cl, cl.DeepCopy(), func() { setDeleting(cl, r.BackendName) })

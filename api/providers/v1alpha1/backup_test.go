@@ -28,3 +28,11 @@ func TestBackupPolicyScheduled(t *testing.T) {
 		})
 	}
 }
+
+func TestSnapshotsBeforeDelete(t *testing.T) {
+	no, yes := false, true
+	assert.True(t, (*BackupPolicy)(nil).SnapshotsBeforeDelete(), "unset: on")
+	assert.True(t, (&BackupPolicy{}).SnapshotsBeforeDelete(), "field unset: on")
+	assert.True(t, (&BackupPolicy{SnapshotBeforeDelete: &yes}).SnapshotsBeforeDelete())
+	assert.False(t, (&BackupPolicy{SnapshotBeforeDelete: &no}).SnapshotsBeforeDelete())
+}

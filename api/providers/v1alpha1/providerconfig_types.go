@@ -96,11 +96,54 @@ type BackupPolicy struct {
 	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Keep is how many snapshots of each Cluster are kept, the newest; older ones are removed
-	// when a new one was taken and verified. Default 24.
+	// when a new one was taken and verified (unless Retention keeps them). Default 24 without
+	// Retention; with Retention, unset keeps only what Retention says (and always the newest).
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Keep int32 `json:"keep,omitempty"`
+
+	// Retention keeps snapshots by age tiers besides the newest Keep: the newest snapshot of each
+	// of the last Hourly hours, Daily days, Weekly weeks and Monthly months (UTC, counted back
+	// from now). A snapshot either rule keeps is kept; the newest snapshot (every listed snapshot
+	// was verified when taken) is never removed. Applied at the next snapshot of each Cluster.
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// SnapshotBeforeDelete takes a snapshot of a Cluster's etcd before its cluster is deleted (a
+	// Cluster that is not Ready is deleted without one, said in an Event). Default true. A
+	// snapshot that fails blocks the deletion (condition Deleted, reason SnapshotBeforeDeleteFailed)
+	// until it succeeds, this is false, or the Cluster has annotation
+	// backup.clusters.openmcp.cloud/skip-snapshot-before-delete.
+	// +optional
+	SnapshotBeforeDelete *bool `json:"snapshotBeforeDelete,omitempty"`
+}
+
+// BackupRetention are the age tiers of a BackupPolicy: how many of the last hours, days, weeks
+// and months keep their newest snapshot. 0 (or unset) turns a tier off.
+type BackupRetention struct {
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Hourly int32 `json:"hourly,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Daily int32 `json:"daily,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Weekly int32 `json:"weekly,omitempty"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	Monthly int32 `json:"monthly,omitempty"`
+}
+
+// SnapshotsBeforeDelete reports whether a Cluster's etcd is snapshotted before it is deleted; a
+// nil policy is the default one: yes.
+func (p *BackupPolicy) SnapshotsBeforeDelete() bool {
+	return p == nil || p.SnapshotBeforeDelete == nil || *p.SnapshotBeforeDelete
 }
 
 // Defaults of a BackupPolicy.
