@@ -17,7 +17,7 @@ func TestJudge(t *testing.T) {
 	const env, provider = "default", "me"
 	live := &clustersv1alpha1.AccessRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "viewer", UID: "uid-now"},
-		Spec:       clustersv1alpha1.AccessRequestSpec{ClusterRef: &common.ObjectReference{Name: "c"}},
+		Spec:       clustersv1alpha1.AccessRequestSpec{ClusterRef: &common.ObjectReference{Name: "c"}, Token: &clustersv1alpha1.TokenConfig{}},
 	}
 	made := func(ar *clustersv1alpha1.AccessRequest) grantRef {
 		id := RequestID(env, provider, ar.Namespace, ar.Name)
