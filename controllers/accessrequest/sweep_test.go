@@ -24,14 +24,14 @@ import (
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
-// TestRestoreKeepsRevokedAccessRevoked is issue 42's point 5 with the real local backend: a
+// TestRestoreKeepsRevoked is issue 42's point 5 with the real local backend: a
 // request granted, a snapshot, the request deleted (its kubeconfig gets 401), the snapshot
 // restored in place. The restore brings the request's ServiceAccount and binding back, so
 // without the grant sweep its leaked kubeconfig works again; with it, once the Cluster says the
 // sweep is done (Event GrantsSwept, annotation), the ServiceAccount is gone and the kubeconfig
 // still gets 401, while a request that existed all along still works and one granted after the
 // snapshot is granted again at once.
-func TestRestoreKeepsRevokedAccessRevoked(t *testing.T) {
+func TestRestoreKeepsRevoked(t *testing.T) {
 	ctx := t.Context()
 	ns := env.Namespace(t)
 	op := operator.Start(t, env, operator.Options{ProviderName: testProvider, Labeller: true})
@@ -154,7 +154,7 @@ func TestOrphanSweep(t *testing.T) {
 	sa := "ar-" + accessrequest.RequestID("default", testProvider, ns, orphaned.Name)
 	e := awaitSweptEvent(t, cl, "ServiceAccount "+accessrequest.DefaultNamespace+"/"+sa)
 	assert.Equal(t, corev1.EventTypeWarning, e.Type)
-	assert.Contains(t, e.Note, "Removed 2 object(s)", "the ServiceAccount and its binding")
+	assert.Contains(t, e.Note, "Removed 3 object(s)", "the ServiceAccount, its ClusterRole and binding")
 	assert.NotContains(t, e.Note, "ar-"+accessrequest.RequestID("default", testProvider, ns, stays.Name))
 	assert.True(t, awaitStatus(t, 401, "the orphan's kubeconfig after the sweep", orphanUser))
 	assert.True(t, awaitStatus(t, 200, "the kubeconfig of the request that exists", stayUser))
