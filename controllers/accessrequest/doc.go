@@ -23,6 +23,14 @@
 // back. Errors the user must fix deny the request with a reason and a message; no token,
 // kubeconfig or key is ever logged, put in an Event, a condition or the status.
 //
+// Grants follow today's requests (sweep.go, Sweeper: a second reconciler of the profile's
+// Clusters): objects with the request labels whose AccessRequest is gone, or was made again
+// under its name (another UID), are deleted from the cluster after a restore or a loss of data
+// the Cluster reports (SweepMarker, remembered in AnnotationGrantsSwept, whose change brings the
+// Cluster's requests back to be granted again at once), when the operator starts, when the
+// Cluster becomes Ready and every GrantCheck. What goes is a pure judgement (judge); an object
+// this provider cannot match to a request of its own is left alone.
+//
 // It grants spec.oidc requests by making the cluster trust the issuer: every OIDC request of a
 // cluster that is not Denied or being deleted contributes to one set of jwt entries (trustFor:
 // one per issuer, client IDs merged as audiences, oldest request first, conflicts, unallowed and

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/utils/ptr"
 
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
@@ -40,8 +41,14 @@ type target struct {
 
 // target is a client of the cluster that admin reaches, as the provider's admin.
 func (r *Reconciler) target(admin *rest.Config) (target, error) {
+	return newTarget(admin, r.Options.WrapTransport)
+}
+
+// newTarget is a client of the cluster that admin reaches, its transport wrapped by wrap (nil:
+// not wrapped).
+func newTarget(admin *rest.Config, wrap transport.WrapperFunc) (target, error) {
 	cfg := rest.CopyConfig(admin)
-	cfg.WrapTransport = r.Options.WrapTransport
+	cfg.WrapTransport = wrap
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = rest.DefaultKubernetesUserAgent()
 	}
@@ -148,6 +155,11 @@ func (t target) apply(ctx context.Context, id string, o object) error {
 			return err
 		}
 	}
+	if k.name == "ServiceAccount" {
+		if err := t.dropEarlier(ctx, k, ns, name, o.meta.Labels[LabelRequestUID]); err != nil {
+			return err
+		}
+	}
 	data, err := json.Marshal(o.obj)
 	if err != nil {
 		return err
@@ -182,6 +194,32 @@ func (t target) prune(ctx context.Context, p plan) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// dropEarlier deletes the object of kind k named namespace/name when it was made for an earlier
+// AccessRequest of the same name (its LabelRequestUID is another than uid): a restore can bring
+// back the ServiceAccount of a request deleted since, and the new request must not take it over,
+// since the tokens issued for the old one would work again. Nothing happens when uid is empty or
+// the object has no such label (made before the label existed).
+func (t target) dropEarlier(ctx context.Context, k kind, namespace, name, uid string) error {
+	if uid == "" {
+		return nil
+	}
+	m, err := t.resource(k, namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading %s %s: %w", k.name, qualified(namespace, name), err)
+	}
+	if old := m.GetLabels()[LabelRequestUID]; old == "" || old == uid {
+		return nil
+	}
+	del := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(m.GetUID())}}
+	if err := t.resource(k, namespace).Delete(ctx, name, del); client404(err) != nil {
+		return fmt.Errorf("deleting %s %s of an earlier AccessRequest of the same name: %w", k.name, qualified(namespace, name), err)
+	}
+	return nil
 }
 
 // token asks the TokenRequest API for a token of sa valid for d. It returns the token and when

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,6 +34,7 @@ func TestTargetApplyAndPrune(t *testing.T) {
 	}{
 		{"a grant writes the rendered list with server-side apply", f.grantWrites},
 		{"missing names what was deleted by hand", f.missingNames},
+		{"the ServiceAccount of an earlier request of the same name is made anew", f.earlierServiceAccountReplaced},
 		{"a changed spec is granted again and what it no longer asks for is pruned", f.changedSpecPrunes},
 		{"a fresh grant prunes nothing", f.freshPrunesNothing},
 		{"a user-chosen name taken by someone else's object is refused", f.takenNameRefused},
@@ -113,6 +115,29 @@ func (f *targetFixture) missingNames(t *testing.T) {
 	gone, err := f.tgt.Missing(t.Context(), f.ar, f.id, f.access)
 	require.NoError(t, err)
 	assert.Equal(t, "ClusterRoleBinding "+name, gone)
+}
+
+// earlierServiceAccountReplaced: a grant takes over a ServiceAccount without a UID label (made
+// before the label existed) and keeps one labelled with its own request's UID, but deletes and
+// makes anew one labelled for an earlier request of the same name (a restore brings it back):
+// the earlier request's tokens name the old one and must not work again.
+func (f *targetFixture) earlierServiceAccountReplaced(t *testing.T) {
+	ctx := t.Context()
+	uidOf := func() types.UID {
+		sa, err := f.admin.CoreV1().ServiceAccounts(f.access).Get(ctx, "ar-"+f.id, metav1.GetOptions{})
+		require.NoError(t, err)
+		return sa.UID
+	}
+	first := uidOf()
+	f.ar.UID = "uid-earlier"
+	require.NoError(t, f.tgt.Grant(ctx, f.ar, f.id, f.access, false))
+	assert.Equal(t, first, uidOf(), "no UID label yet: taken over")
+	require.NoError(t, f.tgt.Grant(ctx, f.ar, f.id, f.access, false))
+	assert.Equal(t, first, uidOf(), "its own request's: kept")
+	f.ar.UID = "uid-now" // the request was deleted and made again
+	require.NoError(t, f.tgt.Grant(ctx, f.ar, f.id, f.access, false))
+	assert.NotEqual(t, first, uidOf(), "an earlier request's: made anew")
+	f.assertComplete(t)
 }
 
 func (f *targetFixture) changedSpecPrunes(t *testing.T) {

@@ -28,6 +28,10 @@ const (
 	// LabelRequestName holds the AccessRequest's name, or its hash when it is longer than a label
 	// value may be; AnnotationRequestName always holds it whole.
 	LabelRequestName = "accessrequest.clusters.openmcp.cloud/name"
+	// LabelRequestUID holds the AccessRequest's UID: an object of a request deleted and made
+	// again under the same name (a restore can bring it back) is told from the new one's. Objects
+	// made before the label existed have none.
+	LabelRequestUID = "accessrequest.clusters.openmcp.cloud/uid"
 	// AnnotationRequestName holds the AccessRequest's namespace/name.
 	AnnotationRequestName = "accessrequest.clusters.openmcp.cloud/request"
 	// LabelManagedBy marks the objects of this operator: in clusters, and the kubeconfig Secrets
@@ -232,12 +236,16 @@ func requestLabels(ar *clustersv1alpha1.AccessRequest, id string) map[string]str
 	if len(validation.IsValidLabelValue(name)) > 0 {
 		name = id // longer than 63 characters: the annotation holds it
 	}
-	return map[string]string{
+	l := map[string]string{
 		LabelManagedBy:        ManagedByValue,
 		LabelRequestID:        id,
 		LabelRequestNamespace: ar.Namespace,
 		LabelRequestName:      name,
 	}
+	if ar.UID != "" {
+		l[LabelRequestUID] = string(ar.UID)
+	}
+	return l
 }
 
 // SecretName is the name of the kubeconfig Secret of the AccessRequest named name:

@@ -17,6 +17,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/kit"
 	"github.com/openmcp-local/cluster-provider/manager"
 )
 
@@ -43,7 +44,9 @@ func ClientOptions(watchSecrets bool) client.Options {
 
 // NewEngine returns the controller engine of a provider over c: the kinds it routes (Kinds) and
 // the secondary watches of its AccessRequest reconcilers: a Cluster that becomes Ready, goes
-// away or starts deleting reaches the requests for it; with watchSecrets, a kubeconfig Secret
+// away, starts deleting or had its grants swept after a restore (accessrequest.Sweeper, which
+// sets accessrequest.AnnotationGrantsSwept: the requests that exist are granted again at once)
+// reaches the requests for it; with watchSecrets, a kubeconfig Secret
 // that is edited or deleted reaches the request that owns it (without, the request's next grant
 // check finds it).
 func NewEngine(ctx context.Context, c cache.Cache, scheme *runtime.Scheme, providerName string, workers Workers, watchSecrets bool, log logr.Logger) (*manager.Engine, error) {
@@ -72,7 +75,7 @@ func Watches(r client.Reader, providerName string, watchSecrets bool) []manager.
 			Name:       "cluster-to-accessrequest",
 			Object:     &clustersv1alpha1.Cluster{},
 			Kind:       KindAccessRequest,
-			Predicates: []predicate.Predicate{clusterAvailabilityChanged()},
+			Predicates: []predicate.Predicate{predicate.Or(clusterAvailabilityChanged(), kit.AnnotationsChanged(accessrequest.AnnotationGrantsSwept))},
 			Map: func(ctx context.Context, o client.Object) []manager.Target {
 				list := &clustersv1alpha1.AccessRequestList{}
 				if err := r.List(ctx, list, client.MatchingFields{accessrequest.IndexClusterRef: client.ObjectKeyFromObject(o).String()}); err != nil {

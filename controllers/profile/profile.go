@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -24,6 +25,9 @@ import (
 const (
 	KindCluster       = "cluster"
 	KindAccessRequest = "accessrequest"
+	// KindGrantSweep routes Clusters, a second time, to the sweep of their grants
+	// (accessrequest.Sweeper).
+	KindGrantSweep = "grantsweep"
 )
 
 // Kinds returns the kinds the engine routes for a provider: Clusters by spec.profile, and
@@ -51,7 +55,25 @@ func Kinds(providerName string, workers Workers) []manager.Kind {
 			Predicates: []predicate.Predicate{kit.StandardFilter(kit.BecamePending())},
 			Workers:    workers.AccessRequest,
 		},
+		{
+			Name:   KindGrantSweep,
+			Object: &clustersv1alpha1.Cluster{},
+			Key:    ClusterKey,
+			// The sweep runs when the cluster serves again and after each restore or loss of
+			// data; its own annotation, removed by hand, asks for it again.
+			Predicates: []predicate.Predicate{kit.StandardFilter(sweepDue(), kit.AnnotationsChanged(accessrequest.AnnotationGrantsSwept))},
+		},
 	}
+}
+
+// sweepDue passes the Cluster updates after which its grants are swept: its phase changed (it
+// serves again after a restart or a restore), or SweepMarker did.
+func sweepDue() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*clustersv1alpha1.Cluster)
+		n, ok2 := e.ObjectNew.(*clustersv1alpha1.Cluster)
+		return ok1 && ok2 && (o.Status.Phase != n.Status.Phase || accessrequest.SweepMarker(o) != accessrequest.SweepMarker(n))
+	}}
 }
 
 // Workers are the workers per profile of each routed kind (--cluster-workers,
@@ -121,6 +143,7 @@ func (b *Builder) Build(name string, pc *providersv1alpha1.ProviderConfig) manag
 		Reconcilers: map[string]reconcile.Reconciler{
 			KindCluster:       &cluster.Reconciler{ProfileScope: scope},
 			KindAccessRequest: &accessrequest.Reconciler{ProfileScope: scope, Options: b.Access.WithDefaults()},
+			KindGrantSweep:    &accessrequest.Sweeper{ProfileScope: scope, Options: b.Access.WithDefaults()},
 		},
 	}
 }

@@ -5,9 +5,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/controllers/accessrequest"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 )
 
 func TestNames(t *testing.T) {
@@ -37,6 +40,7 @@ func TestKinds(t *testing.T) {
 	kinds := Kinds("me", Workers{})
 	assert.Equal(t, KindCluster, kinds[0].Name)
 	assert.Equal(t, KindAccessRequest, kinds[1].Name)
+	assert.Equal(t, KindGrantSweep, kinds[2].Name)
 	cl := &clustersv1alpha1.Cluster{Spec: clustersv1alpha1.ClusterSpec{Profile: "default.me.a"}}
 	assert.Equal(t, "default.me.a", kinds[0].Key(cl))
 
@@ -69,4 +73,47 @@ func TestSpecHash(t *testing.T) {
 	assert.Equal(t, SpecHash(a), SpecHash(b), "only the spec counts")
 	b.Spec.SupportedVersions = []clustersv1alpha1.SupportedK8sVersion{{Version: "1.37.1"}}
 	assert.NotEqual(t, SpecHash(a), SpecHash(b))
+}
+
+// TestSweepDue: the grant sweep's Cluster events, as its Kind filters them: a phase change and a
+// restore done pass, a condition that says nothing about the cluster's data does not.
+func TestSweepDue(t *testing.T) {
+	at := metav1.Now()
+	base := &clustersv1alpha1.Cluster{ObjectMeta: metav1.ObjectMeta{Generation: 1}}
+	base.Status.Phase = "Ready"
+	with := func(mutate func(cl *clustersv1alpha1.Cluster)) *clustersv1alpha1.Cluster {
+		cl := base.DeepCopy()
+		mutate(cl)
+		return cl
+	}
+	kind := Kinds("me", Workers{})[2]
+	tests := []struct {
+		name string
+		new  *clustersv1alpha1.Cluster
+		want bool
+	}{
+		{"nothing changed", base.DeepCopy(), false},
+		{"a snapshot taken", with(func(cl *clustersv1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: cluster.ConditionBackedUp, Status: metav1.ConditionTrue, Reason: cluster.ReasonSnapshotTaken, LastTransitionTime: at}}
+		}), false},
+		{"not Ready", with(func(cl *clustersv1alpha1.Cluster) { cl.Status.Phase = "Progressing" }), true},
+		{"a restore done", with(func(cl *clustersv1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: cluster.ConditionRestored, Status: metav1.ConditionTrue, Reason: cluster.ReasonRestoreDone, Message: "x", LastTransitionTime: at}}
+		}), true},
+		{"the sweep's annotation removed by hand", with(func(cl *clustersv1alpha1.Cluster) {
+			cl.Annotations = map[string]string{accessrequest.AnnotationGrantsSwept: "x"}
+		}), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := event.UpdateEvent{ObjectOld: base, ObjectNew: tt.new}
+			for _, p := range kind.Predicates {
+				if !p.Update(e) {
+					assert.False(t, tt.want, "filtered out")
+					return
+				}
+			}
+			assert.True(t, tt.want, "passed")
+		})
+	}
 }
