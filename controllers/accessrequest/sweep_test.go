@@ -50,7 +50,7 @@ func TestRestoreKeepsRevoked(t *testing.T) {
 	}
 
 	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-	snap, err := op.Local.Snapshot(ctx, cl, 10)
+	snap, err := op.Local.Snapshot(ctx, cl, backend.KeepNewest(10))
 	require.NoError(t, err)
 
 	late := newRequest(t, ns, "late", cl.Name, view) // granted after the snapshot
