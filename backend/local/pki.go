@@ -139,7 +139,7 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 			return err
 		}
 	}
-	created, err := p.loadSigningCA()
+	created, err := p.loadSigningCA(life)
 	if err != nil {
 		return err
 	}
@@ -157,7 +157,7 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 		}
 		rec = next
 		if rec.Phase == phaseSigning {
-			if _, err := p.loadSigningCA(); err != nil {
+			if _, err := p.loadSigningCA(life); err != nil {
 				return err
 			}
 			p.ca.Lifetime = life
@@ -168,13 +168,13 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 	return p.writeBundle(life)
 }
 
-// loadSigningCA loads the CA of ca.crt and ca.key into p.ca, creating it when neither file
-// exists (created).
-func (p *pki) loadSigningCA() (created bool, err error) {
+// loadSigningCA loads the CA of ca.crt and ca.key into p.ca, creating it, valid for life's
+// CAValidity, when neither file exists (created).
+func (p *pki) loadSigningCA(life certs.Lifetime) (created bool, err error) {
 	certPEM, certErr := os.ReadFile(p.path(caCertFile))
 	keyPEM, keyErr := os.ReadFile(p.path(caKeyFile))
 	if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
-		if p.ca, err = certs.NewCA(caCommonName); err != nil {
+		if p.ca, err = certs.NewCAValid(caCommonName, life.Or().CAValidity); err != nil {
 			return false, err
 		}
 		return true, p.write(caCertFile, caKeyFile, p.ca.CertPEM, p.ca.KeyPEM)
