@@ -31,7 +31,9 @@ var metricHostedComponent = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: []float64{0.001, 0.005, 0.02, 0.1, 0.5, 1, 2, 5, 10, 30},
 }, []string{"component"})
 
-func init() { metrics.Registry.MustRegister(metricCertificateExpiry, metricCAExpiry, metricHostedComponent) }
+func init() {
+	metrics.Registry.MustRegister(metricCertificateExpiry, metricCAExpiry, metricHostedComponent)
+}
 
 // ObserveHostedComponent records that a step of a hosted control plane's component took took.
 func ObserveHostedComponent(component string, took time.Duration) {
