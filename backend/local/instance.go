@@ -327,6 +327,9 @@ func (in *instance) renewIfDue() {
 	failed := in.caErr != ""
 	in.caErr = ""
 	in.mu.Unlock()
+	// A kept connection authenticates with the admin certificate of its handshake: once the old
+	// CA is dropped from the bundle, one of the old CA would be refused (401).
+	in.probe.CloseIdleConnections()
 	in.recordCertificates()
 	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "caRotation", string(p.rotation.Phase))
 	in.restart(procControllerManager)
