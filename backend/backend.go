@@ -176,7 +176,7 @@ const (
 
 // PartTypes are the part types whose conditions the Cluster reconciler removes when a State does
 // not report them.
-var PartTypes = []string{PartControllerManager, PartEtcd, PartEndpoint}
+var PartTypes = []string{PartControllerManager, PartEtcd, PartEndpoint, PartCertificates}
 
 // Warning is a one-shot observation of a Backend, for a Warning Event of the Cluster.
 type Warning struct {

@@ -24,18 +24,22 @@ import (
 	"k8s.io/client-go/util/keyutil"
 )
 
-// Lifetimes: a CA (certutil's default, 10 years) outlives any cluster; a leaf is kept for a year
-// and issued anew RenewBefore its end.
+// Lifetimes: a CA is valid 10 years (certutil's default) and, where a backend rotates it, replaced
+// from CARenewBefore its end on; a leaf is kept for a year and issued anew RenewBefore its end.
 const (
-	LeafValidity = 365 * 24 * time.Hour
-	RenewBefore  = 30 * 24 * time.Hour
+	LeafValidity  = 365 * 24 * time.Hour
+	RenewBefore   = 30 * 24 * time.Hour
+	CAValidity    = 10 * 365 * 24 * time.Hour
+	CARenewBefore = 365 * 24 * time.Hour
 )
 
 // Lifetime is how long the leaves a CA issues are valid and how long before their end they are
-// issued anew. Zero fields take LeafValidity and RenewBefore; tests make them short to watch a
-// renewal happen.
+// issued anew, and the same for a CA a backend rotates. Zero fields take LeafValidity,
+// RenewBefore, CAValidity and CARenewBefore; tests make them short to watch a renewal or a
+// rotation happen.
 type Lifetime struct {
-	Validity, RenewBefore time.Duration
+	Validity, RenewBefore     time.Duration
+	CAValidity, CARenewBefore time.Duration
 }
 
 // Or returns l with its zero fields set to the defaults.
@@ -46,11 +50,27 @@ func (l Lifetime) Or() Lifetime {
 	if l.RenewBefore <= 0 {
 		l.RenewBefore = RenewBefore
 	}
+	if l.CAValidity <= 0 {
+		l.CAValidity = CAValidity
+	}
+	if l.CARenewBefore <= 0 {
+		l.CARenewBefore = CARenewBefore
+	}
 	return l
 }
 
 // RenewAt is when a certificate that ends at notAfter is issued anew.
 func (l Lifetime) RenewAt(notAfter time.Time) time.Time { return notAfter.Add(-l.Or().RenewBefore) }
+
+// CARenewAt is when the rotation of a CA that ends at notAfter starts.
+func (l Lifetime) CARenewAt(notAfter time.Time) time.Time {
+	return notAfter.Add(-l.Or().CARenewBefore)
+}
+
+// CAStep is how long each phase of a CA rotation lasts at least: a quarter of CARenewBefore, so
+// that the old CA is trusted for a step before the new one signs, for a step after, and is still
+// valid for two more steps when it is dropped.
+func (l Lifetime) CAStep() time.Duration { return l.Or().CARenewBefore / 4 }
 
 // CA is a certificate authority: its certificate and key, parsed and as PEM.
 type CA struct {
@@ -59,15 +79,39 @@ type CA struct {
 	CertPEM, KeyPEM []byte
 	// Lifetime of the leaves it issues and keeps.
 	Lifetime Lifetime
+	// ReplacedAt, when set, is when a backend's rotation makes another CA sign in its place: a
+	// leaf that ends with the CA (Issue clamped it) is due then (LeafRenewAt).
+	ReplacedAt time.Time
 }
 
-// NewCA makes a self-signed CA named commonName.
-func NewCA(commonName string) (*CA, error) {
+// NewCA makes a self-signed CA named commonName, valid CAValidity (10 years).
+func NewCA(commonName string) (*CA, error) { return NewCAValid(commonName, CAValidity) }
+
+// NewCAValid makes a self-signed CA named commonName, valid from an hour ago (clocks that differ)
+// for validity from now.
+func NewCAValid(commonName string, validity time.Duration) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	cert, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: commonName}, key)
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName},
+		DNSNames:              []string{commonName},
+		NotBefore:             now.Add(-time.Hour).UTC(),
+		NotAfter:              now.Add(validity).UTC(),
+		KeyUsage:              x509.KeyUsageKeyEncipherment | x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	// A CA's SubjectKeyId is made from its public key, and its leaves name it: two CAs of the
+	// same name in one trust bundle are told apart.
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +186,8 @@ type Leaf struct {
 }
 
 // Issue signs a new certificate for l with a fresh key and a new serial number, valid from an hour
-// ago (clocks that differ) for l's Validity, or else the CA's Lifetime.
+// ago (clocks that differ) for l's Validity, or else the CA's Lifetime, and never past the CA's
+// own end: a leaf does not outlive its CA (its renewal is then the CA's, LeafRenewAt).
 func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -157,7 +202,7 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
 		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(validity),
+		NotAfter:     ClampNotAfter(now.Add(validity), ca.Cert.NotAfter),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  l.Usages,
 	}
@@ -197,7 +242,7 @@ func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 		return false
 	}
 	c := certs[0]
-	if c.CheckSignatureFrom(ca.Cert) != nil || !time.Now().Before(ca.Lifetime.RenewAt(c.NotAfter)) ||
+	if c.CheckSignatureFrom(ca.Cert) != nil || !time.Now().Before(ca.LeafRenewAt(c.NotAfter)) ||
 		c.Subject.CommonName != l.CommonName || !slices.Equal(c.Subject.Organization, l.Organization) {
 		return false
 	}
@@ -210,6 +255,29 @@ func (ca *CA) Keep(certPEM, keyPEM []byte, l Leaf) bool {
 	slices.Sort(want)
 	slices.Sort(have)
 	return slices.Equal(want, have)
+}
+
+// ClampNotAfter is the end of a leaf that would end at want, issued by a CA that ends at caEnd:
+// the earlier of the two.
+func ClampNotAfter(want, caEnd time.Time) time.Time {
+	if want.After(caEnd) {
+		return caEnd
+	}
+	return want
+}
+
+// LeafRenewAt is when a leaf of ca that ends at notAfter is due to be issued anew: the Lifetime's
+// RenewBefore its end, but a leaf that ends with the CA (clamped) is due when the CA is replaced
+// (ReplacedAt); issued anew by the same CA it would end no later. A CA never replaced keeps such a
+// leaf to its end (issuing it anew would not make it last longer).
+func (ca *CA) LeafRenewAt(notAfter time.Time) time.Time {
+	if notAfter.Before(ca.Cert.NotAfter) {
+		return ca.Lifetime.RenewAt(notAfter)
+	}
+	if ca.ReplacedAt.IsZero() {
+		return notAfter
+	}
+	return ca.ReplacedAt
 }
 
 // NotAfter is when the first certificate of certPEM ends.

@@ -134,6 +134,9 @@ const (
 // ControllerManagerFiles are the files kube-controller-manager reads.
 type ControllerManagerFiles struct {
 	Kubeconfig, CACert, CAKey, ServiceAccountKey string
+	// RootCA, when set, is the trust bundle the controller manager publishes to every namespace
+	// (kube-root-ca.crt) instead of CACert: during a CA rotation, the old and the new CA.
+	RootCA string
 }
 
 // ControllerManagerArgs are the flags of a cluster's kube-controller-manager that every backend
@@ -141,12 +144,16 @@ type ControllerManagerFiles struct {
 // controller, the cluster CA to sign approved CSRs, the service-account key to sign tokens.
 func ControllerManagerArgs(f ControllerManagerFiles, serviceCIDR string) []string {
 	controllers := append(append([]string{"*"}, KCMExtraControllers...), prefixed("-", KCMDisabledControllers)...)
+	rootCA := f.RootCA
+	if rootCA == "" {
+		rootCA = f.CACert
+	}
 	return []string{
 		"--kubeconfig=" + f.Kubeconfig,
 		"--authentication-kubeconfig=" + f.Kubeconfig,
 		"--authorization-kubeconfig=" + f.Kubeconfig,
 		"--use-service-account-credentials=true",
-		"--root-ca-file=" + f.CACert,
+		"--root-ca-file=" + rootCA,
 		"--cluster-signing-cert-file=" + f.CACert,
 		"--cluster-signing-key-file=" + f.CAKey,
 		"--service-account-private-key-file=" + f.ServiceAccountKey,

@@ -24,6 +24,8 @@ func (pkiComponent) step(ctx context.Context, sc *scope) (result, error) {
 		return result{}, err
 	}
 	backend.RecordCertificates(backend.RefOf(sc.cl), p.NotAfter)
+	// The hosted CAs are not rotated: "current" is the cluster CA, "etcd" etcd's.
+	backend.RecordCAs(backend.RefOf(sc.cl), map[string]time.Time{"current": p.ca.Cert.NotAfter, "etcd": p.etcdCA.Cert.NotAfter})
 	s.Certificates = p.Checksum
 	sc.pki = p
 	sc.admin = adminConfig(h, s.Namespace, sc.external, p)

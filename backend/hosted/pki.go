@@ -42,13 +42,15 @@ type pki struct {
 
 // leaf records a leaf certificate of Secret name: its end and, if the API server's pod mounts it,
 // its part of the checksum.
-func (p *pki) leaf(name string, certPEM []byte, mounted bool, life certs.Lifetime, sum *[]string) {
+func (p *pki) leaf(name string, certPEM []byte, mounted bool, ca *certs.CA, sum *[]string) {
 	t, err := certs.NotAfter(certPEM)
 	if err != nil {
 		return
 	}
 	p.NotAfter[name] = t
-	if at := life.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
+	// A leaf that ends with its CA (certs.CA.Issue clamps it) is kept to its end: the hosted
+	// backend does not rotate its CAs.
+	if at := ca.LeafRenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
 		p.RenewAt = at
 	}
 	if mounted {
@@ -91,7 +93,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 		if err != nil {
 			return nil, err
 		}
-		p.leaf(l.secret, cert, l.mounted, life, &sum)
+		p.leaf(l.secret, cert, l.mounted, l.ca, &sum)
 		if l.secret == SecretAdmin {
 			p.AdminCert, p.AdminKey = cert, key
 		}
@@ -114,7 +116,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	}); err != nil {
 		return nil, err
 	}
-	p.leaf(SecretKCMKubeconf, kubeconfigCert(kcmConfig), true, life, &sum)
+	p.leaf(SecretKCMKubeconf, kubeconfigCert(kcmConfig), true, p.ca, &sum)
 	p.Checksum = hashOf(sum)
 	return p, nil
 }

@@ -99,7 +99,7 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning, au
 	pki := filepath.Join(dir, pkiDir)
 	args := append(controlplane.APIServerArgs(controlplane.APIServerFiles{
 		ServingCert: filepath.Join(pki, servingCertFile), ServingKey: filepath.Join(pki, servingKeyFile),
-		ClientCA: filepath.Join(pki, caCertFile), ServiceAccountKey: filepath.Join(pki, saPubFile),
+		ClientCA: filepath.Join(pki, caBundleFile), ServiceAccountKey: filepath.Join(pki, saPubFile),
 		ServiceAccountSigningKey: filepath.Join(pki, saKeyFile), AuthenticationConfig: filepath.Join(dir, authConfigFile),
 		EncryptionConfig: filepath.Join(dir, encryption.ConfigFile),
 	}, serviceCIDR),
@@ -133,6 +133,7 @@ func controllerManagerArgs(dir, serviceCIDR string, p ports, t Tuning) []string 
 	args := append(controlplane.ControllerManagerArgs(controlplane.ControllerManagerFiles{
 		Kubeconfig: filepath.Join(dir, kcmKubeconfig), CACert: filepath.Join(pki, caCertFile),
 		CAKey: filepath.Join(pki, caKeyFile), ServiceAccountKey: filepath.Join(pki, saKeyFile),
+		RootCA: filepath.Join(pki, caBundleFile),
 	}, serviceCIDR),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",

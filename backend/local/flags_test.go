@@ -70,7 +70,7 @@ func TestControllerManagerArgs(t *testing.T) {
 				assert.Equal(t, "/state/uid-7/kube-controller-manager.kubeconfig", f[k], k)
 			}
 			assert.Equal(t, "true", f["--use-service-account-credentials"])
-			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--root-ca-file"])
+			assert.Equal(t, "/state/uid-7/pki/ca-bundle.crt", f["--root-ca-file"])
 			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--cluster-signing-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/ca.key", f["--cluster-signing-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-private-key-file"])
@@ -135,7 +135,7 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.Equal(t, "unix://etcd.sock:0", f["--etcd-servers"], "etcd's socket, relative to the cluster's folder")
 			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])
-			assert.Equal(t, "/state/uid-7/pki/ca.crt", f["--client-ca-file"])
+			assert.Equal(t, "/state/uid-7/pki/ca-bundle.crt", f["--client-ca-file"])
 			assert.Equal(t, "198.18.0.0/16", f["--service-cluster-ip-range"])
 			assert.Equal(t, tc.wantBind, f["--bind-address"])
 			assert.Equal(t, tc.wantAdvertise, f["--advertise-address"])

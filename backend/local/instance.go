@@ -2,9 +2,6 @@ package local
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -88,6 +85,8 @@ type instance struct {
 	enc    encryption.State
 	rotate string
 	encErr string
+	// caErr is why the last renewal of the certificates or step of the CA rotation failed.
+	caErr string
 
 	cancel  context.CancelFunc
 	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
@@ -120,21 +119,13 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 		done:      make(chan struct{}),
 		recheck:   make(chan struct{}, 1),
 	}
-	// The probe presents the admin certificate of the moment: a renewal (renewIfDue) needs no
-	// new client.
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(p.CAPEM) {
-		return nil, errors.New("the cluster CA does not read")
+	// The probe presents the admin certificate of the moment and verifies the API server with the
+	// trust bundle of the moment: a renewal or a CA rotation (renewIfDue) needs no new client.
+	if _, err := trustPool(p.CAPEM); err != nil {
+		return nil, err
 	}
 	in.probe = &http.Client{Timeout: probeTimeout, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12,
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-				in.mu.Lock()
-				certPEM, keyPEM := in.pki.AdminCertPEM, in.pki.AdminKeyPEM
-				in.mu.Unlock()
-				pair, err := tls.X509KeyPair(certPEM, keyPEM)
-				return &pair, err
-			}},
+		DialTLSContext:  in.dialTLS,
 		IdleConnTimeout: 90 * time.Second,
 	}}
 	in.api.Message = "etcd and kube-apiserver " + bins.Version + " are starting."
@@ -309,15 +300,18 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 }
 
 // renewIfDue issues the cluster's leaf certificates anew once the first is due (the lifetime's
-// RenewBefore its end), from the same CA, while the cluster runs: kube-apiserver reloads its
-// serving certificate by itself (it watches the files), the operator's probe and AdminConfig use
-// the new admin certificate from then on, and the controller manager is restarted to read its new
-// client and serving certificates (the API server keeps serving). Issued kubeconfigs stay valid:
-// the CA does not change. A failure is logged and tried again at the next health check.
+// RenewBefore its end, or the CA rotation replacing their CA), and moves the CA rotation on when
+// its time has come (carotation.go), while the cluster runs: kube-apiserver reloads its serving
+// certificate and its client CAs (the trust bundle) by itself (it watches the files), the
+// operator's probe and AdminConfig use the new admin certificate and bundle from then on, and the
+// controller manager is restarted to read its new client and serving certificates, signing CA
+// and root CA bundle (the API server keeps serving). A failure is logged, reported by the
+// CertificatesValid condition and tried again at the next health check.
 func (in *instance) renewIfDue() {
 	in.mu.Lock()
 	due := !time.Now().Before(in.pki.RenewAt)
 	m := in.meta
+	phase := in.pki.rotation.Phase
 	in.mu.Unlock()
 	if !due {
 		return
@@ -325,23 +319,35 @@ func (in *instance) renewIfDue() {
 	p, err := in.b.loadPKI(in.dir, m)
 	if err != nil {
 		in.log.Error(err, "Renewing the cluster's certificates failed; trying again at the next health check")
+		in.setCAError(err)
 		return
 	}
 	in.mu.Lock()
 	in.pki = p
+	failed := in.caErr != ""
+	in.caErr = ""
 	in.mu.Unlock()
+	// A kept connection authenticates with the admin certificate of its handshake: once the old
+	// CA is dropped from the bundle, one of the old CA would be refused (401).
+	in.probe.CloseIdleConnections()
 	in.recordCertificates()
-	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339))
+	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "caRotation", string(p.rotation.Phase))
 	in.restart(procControllerManager)
+	if p.rotation.Phase != phase || failed {
+		in.log.Info("The CA rotation moved on", "from", string(phase), "to", string(p.rotation.Phase))
+		in.b.notify(in)
+	}
 }
 
-// recordCertificates sets the expiry gauges of the cluster's certificates.
+// recordCertificates sets the expiry gauges of the cluster's certificates and CAs.
 func (in *instance) recordCertificates() {
 	in.mu.Lock()
 	ref := backend.Ref{NamespacedName: types.NamespacedName{Namespace: in.meta.Namespace, Name: in.meta.Name}, Profile: in.meta.Profile}
 	notAfter := maps.Clone(in.pki.NotAfter)
+	caNotAfter := maps.Clone(in.pki.CANotAfter)
 	in.mu.Unlock()
 	backend.RecordCertificates(ref, notAfter)
+	backend.RecordCAs(ref, caNotAfter)
 }
 
 // failuresAllowed is how many health checks in a row the process name may miss.

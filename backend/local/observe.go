@@ -58,6 +58,7 @@ func (in *instance) state() backend.State {
 	}
 	etcd.Type = backend.PartEtcd
 	s.SetPart(etcd)
+	s.SetPart(in.certificatesPartLocked(time.Now()))
 	if lost := in.dataLostLocked(); lost != "" {
 		s.SetPart(backend.Part{Type: backend.PartProvisioned, Ready: true, Reason: backend.ReasonDataLost, Message: lost})
 	}

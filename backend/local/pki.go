@@ -55,10 +55,11 @@ var (
 	kubernetesNames = []string{"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 )
 
-// Lifetimes (certs.Lifetime). The CA (10 years) outlives any cluster; leaf certificates are valid
-// a year by default (Options.Certificates) and issued anew when they are due (30 days before
-// their end): the serving certificates at every start of the cluster's processes too, and while
-// the cluster runs by its instance (renewIfDue).
+// Lifetimes (certs.Lifetime, Options.Certificates). The CA is valid 10 years and rotated from a
+// year before its end on (carotation.go); leaf certificates are valid a year by default, never
+// past their CA's end, and issued anew when they are due (30 days before their end, or when a
+// rotation replaces the CA that signed them): the serving certificates at every start of the
+// cluster's processes too, and while the cluster runs by its instance (renewIfDue).
 
 // pki is the certificate authority of one cluster, kept in the files of its folder dir, and what
 // the operator needs of it.
@@ -71,9 +72,14 @@ type pki struct {
 	AdminCertPEM, AdminKeyPEM []byte
 	// KCMCertPEM and KCMKeyPEM authenticate the controller manager as kcmUser.
 	KCMCertPEM, KCMKeyPEM []byte
-	// NotAfter is when each leaf ends, by its file's name; RenewAt when the first of them is due.
+	// NotAfter is when each leaf ends, by its file's name; RenewAt when the first of them is due
+	// or the CA rotation moves on, whichever comes first.
 	NotAfter map[string]time.Time
 	RenewAt  time.Time
+	// CANotAfter is when each CA of the trust bundle ends, by its role (caCurrent, caNext,
+	// caPrevious); rotation is where the CA's rotation is.
+	CANotAfter map[string]time.Time
+	rotation   caRotation
 }
 
 // loadOrCreatePKI reads the cluster's CA, client certificates and service-account key pair from
@@ -84,7 +90,7 @@ func loadOrCreatePKI(dir string, hosts []string, life certs.Lifetime) (*pki, err
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	p := &pki{dir: dir, NotAfter: map[string]time.Time{}}
+	p := &pki{dir: dir, NotAfter: map[string]time.Time{}, CANotAfter: map[string]time.Time{}}
 	if err := p.loadOrCreateCA(life.Or()); err != nil {
 		return nil, fmt.Errorf("the cluster CA in %s: %w", dir, err)
 	}
@@ -105,35 +111,80 @@ func loadOrCreatePKI(dir string, hosts []string, life certs.Lifetime) (*pki, err
 	if _, _, err := p.issue(kcmServingCertFile, kcmServingKeyFile, kcmServingLeaf); err != nil {
 		return nil, fmt.Errorf("the controller manager's serving certificate in %s: %w", dir, err)
 	}
+	if at := p.rotation.nextAt(p.ca.Cert.NotAfter, life); at.Before(p.RenewAt) {
+		p.RenewAt = at
+	}
 	return p, nil
 }
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
 
-// loadOrCreateCA loads the cluster's CA, or creates one when neither of its files exists. A CA
-// file that exists but does not load is damaged: every certificate and kubeconfig of the cluster
-// depends on it, so it is neither replaced nor touched, and the error (reason StateDamaged) says
-// what a person can do.
+// caCommonName names every CA of a local cluster; two of them in a trust bundle are told apart by
+// their key IDs.
+const caCommonName = "local-cluster-ca"
+
+// loadOrCreateCA loads the cluster's signing CA, or creates one when neither of its files exists,
+// moves its rotation (carotation.go) on when its time has come, and writes the trust bundle of
+// the rotation's phase. A CA file that exists but does not load is damaged: every certificate and
+// kubeconfig of the cluster depends on it, so it is neither replaced nor touched, and the error
+// (reason StateDamaged) says what a person can do.
 func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
+	rec, err := p.readRotation()
+	if err != nil {
+		return damaged(p.dir, []string{caRotationFile}, err, "It records where the rotation of the cluster's CA is",
+			"or remove it: the rotation is taken up again from the CA files (a CA made for it and not signing yet is made anew)")
+	}
+	if rec.Phase == phaseSigning {
+		if err := p.finishSwap(); err != nil {
+			return err
+		}
+	}
+	created, err := p.loadSigningCA(life)
+	if err != nil {
+		return err
+	}
+	if created {
+		// A new CA starts without a rotation; what an earlier one left goes.
+		rec = caRotation{}
+		if err := removeFiles(p.path(caRotationFile), p.path(caNextCertFile), p.path(caNextKeyFile), p.path(caOldCertFile)); err != nil {
+			return err
+		}
+	}
+	p.ca.Lifetime = life
+	if next := rec.advance(time.Now(), p.ca.Cert.NotAfter, life); next.Phase != rec.Phase {
+		if err := p.step(rec.Phase, next, life); err != nil {
+			return fmt.Errorf("moving the CA rotation to phase %q: %w", next.Phase, err)
+		}
+		rec = next
+		if rec.Phase == phaseSigning {
+			if _, err := p.loadSigningCA(life); err != nil {
+				return err
+			}
+			p.ca.Lifetime = life
+		}
+	}
+	p.rotation = rec
+	p.ca.ReplacedAt = rec.replacedAt(p.ca.Cert.NotAfter, life)
+	return p.writeBundle(life)
+}
+
+// loadSigningCA loads the CA of ca.crt and ca.key into p.ca, creating it, valid for life's
+// CAValidity, when neither file exists (created).
+func (p *pki) loadSigningCA(life certs.Lifetime) (created bool, err error) {
 	certPEM, certErr := os.ReadFile(p.path(caCertFile))
 	keyPEM, keyErr := os.ReadFile(p.path(caKeyFile))
-	var ca *certs.CA
-	var err error
 	if errors.Is(certErr, os.ErrNotExist) && errors.Is(keyErr, os.ErrNotExist) {
-		if ca, err = certs.NewCA("local-cluster-ca"); err != nil {
-			return err
+		if p.ca, err = certs.NewCAValid(caCommonName, life.Or().CAValidity); err != nil {
+			return false, err
 		}
-		if err := p.write(caCertFile, caKeyFile, ca.CertPEM, ca.KeyPEM); err != nil {
-			return err
-		}
-	} else if ca, err = loadCA(certPEM, certErr, keyPEM, keyErr); err != nil {
-		return damaged(p.dir, []string{caCertFile, caKeyFile}, err,
+		return true, p.write(caCertFile, caKeyFile, p.ca.CertPEM, p.ca.KeyPEM)
+	}
+	if p.ca, err = loadCA(certPEM, certErr, keyPEM, keyErr); err != nil {
+		return false, damaged(p.dir, []string{caCertFile, caKeyFile}, err,
 			"Every certificate of the cluster and every kubeconfig granted for it depend on this CA",
 			"or remove both files to make a new CA: the cluster keeps its data, kubeconfigs granted before stop working and the AccessRequests are granted again")
 	}
-	ca.Lifetime = life
-	p.ca, p.CAPEM = ca, ca.CertPEM
-	return nil
+	return false, nil
 }
 
 // loadCA reads the CA from its files' contents (read with certErr and keyErr); the error names
@@ -221,7 +272,7 @@ func (p *pki) ended(certFile string, certPEM []byte) error {
 		return err
 	}
 	p.NotAfter[certFile] = t
-	if at := p.ca.Lifetime.RenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
+	if at := p.ca.LeafRenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
 		p.RenewAt = at
 	}
 	return nil

@@ -25,7 +25,8 @@ import (
 // TestLoadOrCreatePKIKeepsEarlierFolders: a pki folder written by the backend before it issued
 // through backend/certs (its own CA, leaf and key code, reproduced here as it wrote them) loads
 // unchanged: the CA, the client certificates and the service-account keys are kept byte for byte,
-// only the serving certificates are issued anew, as at every start.
+// only the serving certificates are issued anew, as at every start, and the trust bundle is
+// written: the CA alone.
 func TestLoadOrCreatePKIKeepsEarlierFolders(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, data []byte, mode os.FileMode) {
@@ -91,7 +92,8 @@ func TestLoadOrCreatePKIKeepsEarlierFolders(t *testing.T) {
 	for _, f := range []string{servingCertFile, kcmServingCertFile} {
 		assert.NotEqual(t, before[f], after[f], "%s is issued anew, as at every start", f)
 	}
-	assert.Len(t, after, len(before), "no file added or removed")
+	assert.Len(t, after, len(before)+1, "no file added or removed but the trust bundle")
+	assert.Equal(t, string(caPEM), after[caBundleFile], "the trust bundle is the CA alone")
 	assert.Equal(t, caPEM, p.CAPEM)
 	assert.Equal(t, before[adminCertFile], string(p.AdminCertPEM))
 	assert.Equal(t, before[kcmClientCertFile], string(p.KCMCertPEM))

@@ -79,6 +79,7 @@ func TestLoadOrCreatePKIFileModes(t *testing.T) {
 		{adminKeyFile, 0o600},
 		{saKeyFile, 0o600},
 		{caCertFile, 0o644},
+		{caBundleFile, 0o644},
 		{servingCertFile, 0o644},
 		{adminCertFile, 0o644},
 		{saPubFile, 0o644},
@@ -101,7 +102,7 @@ func TestLoadOrCreatePKIFileModes(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	assert.ElementsMatch(t, []string{caCertFile, caKeyFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile,
+	assert.ElementsMatch(t, []string{caCertFile, caKeyFile, caBundleFile, servingCertFile, servingKeyFile, adminCertFile, adminKeyFile, saKeyFile, saPubFile,
 		kcmClientCertFile, kcmClientKeyFile, kcmServingCertFile, kcmServingKeyFile},
 		names, "no temporary or extra files")
 }

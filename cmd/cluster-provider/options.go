@@ -221,6 +221,10 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 		"How long the clusters' leaf certificates (API server serving, etcd, controller manager, the operator's admin) are valid; local and hosted clusters. The CAs are not affected.")
 	fs.DurationVar(&o.Certificates.RenewBefore, "certificate-renew-before", certs.RenewBefore,
 		"How long before its end a leaf certificate is issued anew, by the same CA, while the cluster runs; less than --certificate-validity.")
+	fs.DurationVar(&o.Certificates.CAValidity, "ca-validity", certs.CAValidity,
+		"How long a new CA of a local cluster is valid (the hosted backend's CAs are valid 10 years and not rotated). A leaf certificate never outlives its CA.")
+	fs.DurationVar(&o.Certificates.CARenewBefore, "ca-renew-before", certs.CARenewBefore,
+		"How long before its end a local cluster's CA is rotated: a new CA is trusted beside it for a quarter of this, then signs every certificate while the old one stays trusted for another quarter, then the old one is dropped. At most two thirds of --ca-validity.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,
 		"How long a granted token is valid (an AccessRequest's spec.ttl may end it sooner); a new one replaces it after 80% of that. At least 10m.")
 	fs.DurationVar(&o.GrantCheck, "grant-check", accessrequest.DefaultGrantCheck,
@@ -285,6 +289,10 @@ func (o *runOptions) validate() error {
 	}
 	if o.GrantCheck < time.Second {
 		errs = append(errs, fmt.Errorf("--grant-check %s: must be at least 1s", o.GrantCheck))
+	}
+	if c := o.Certificates; c.CAValidity <= 0 || c.CARenewBefore <= 0 || 3*c.CARenewBefore > 2*c.CAValidity {
+		errs = append(errs, fmt.Errorf("--ca-renew-before %s: must be positive and at most two thirds of --ca-validity %s, so that a new CA is not due for its own rotation before the last one ends",
+			c.CARenewBefore, c.CAValidity))
 	}
 	if o.TokenValidity < 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--token-validity %s: must be at least 10m, the shortest validity the TokenRequest API grants", o.TokenValidity))

@@ -44,15 +44,20 @@ func TestParseRunOptions(t *testing.T) {
 					[]time.Duration{o.LeaseDuration, o.RenewDeadline, o.RetryPeriod})
 				assert.Equal(t, 365*24*time.Hour, o.Certificates.Validity, "a year")
 				assert.Equal(t, 30*24*time.Hour, o.Certificates.RenewBefore)
+				assert.Equal(t, 10*365*24*time.Hour, o.Certificates.CAValidity, "ten years")
+				assert.Equal(t, 365*24*time.Hour, o.Certificates.CARenewBefore, "rotated from a year before its end")
 				assert.Equal(t, 2, o.HostedMaxRolling)
 				assert.Equal(t, 10*time.Minute, o.HostedSecretRecheck)
 			},
 		},
 		"certificates and rolling": {
-			args: []string{"--provider-name=x", "--certificate-validity=10m", "--certificate-renew-before=9m", "--hosted-max-rolling=5", "--hosted-secret-recheck=1m"},
+			args: []string{"--provider-name=x", "--certificate-validity=10m", "--certificate-renew-before=9m", "--ca-validity=3m", "--ca-renew-before=2m",
+				"--hosted-max-rolling=5", "--hosted-secret-recheck=1m"},
 			want: func(t *testing.T, o *runOptions) {
 				assert.Equal(t, 10*time.Minute, o.Certificates.Validity)
 				assert.Equal(t, 9*time.Minute, o.Certificates.RenewBefore)
+				assert.Equal(t, 3*time.Minute, o.Certificates.CAValidity)
+				assert.Equal(t, 2*time.Minute, o.Certificates.CARenewBefore)
 				assert.Equal(t, 5, o.HostedMaxRolling)
 				assert.Equal(t, time.Minute, o.HostedSecretRecheck)
 			},
@@ -114,6 +119,8 @@ func TestParseRunOptions(t *testing.T) {
 		"service range too large":      {args: []string{"--provider-name=x", "--local-service-cidr=10.0.0.0/8"}, wantErr: []string{`--local-service-cidr "10.0.0.0/8": the prefix must be from /12 to /29`}},
 		"renewal not before the end": {args: []string{"--provider-name=x", "--certificate-validity=1h", "--certificate-renew-before=2h"},
 			wantErr: []string{"--certificate-renew-before 2h0m0s must be positive and less than --certificate-validity 1h0m0s"}},
+		"CA rotated too early": {args: []string{"--provider-name=x", "--ca-validity=3m", "--ca-renew-before=2m1s"},
+			wantErr: []string{"--ca-renew-before 2m1s: must be positive and at most two thirds of --ca-validity 3m0s"}},
 		"rolling not positive": {args: []string{"--provider-name=x", "--hosted-max-rolling=0"}, wantErr: []string{"--hosted-max-rolling 0: must be at least 1"}},
 		"every problem is reported": {
 			args:    []string{"--provider-name=X", "--environment=Y", "--controllers=z"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"slices"
 	"strconv"
@@ -134,8 +135,38 @@ func intact(s *corev1.Secret, host string, ca []byte) bool {
 
 // otherCA reports whether s holds the CA of another cluster than the one ca verifies: the cluster
 // behind the same Cluster resource was created anew, and nothing granted in the old one is left.
+// A bundle that shares a certificate with ca is the same cluster's during or after a rotation of
+// its CA (the old CA and the new one side by side): the Secret is written anew with ca (it is not
+// intact), the grant stays.
 func otherCA(s *corev1.Secret, ca []byte) bool {
-	return s != nil && len(s.Data[clustersv1alpha1.SecretKeyCACert]) > 0 && !bytes.Equal(s.Data[clustersv1alpha1.SecretKeyCACert], ca)
+	if s == nil {
+		return false
+	}
+	held := s.Data[clustersv1alpha1.SecretKeyCACert]
+	return len(held) > 0 && !bytes.Equal(held, ca) && !sharesCertificate(held, ca)
+}
+
+// sharesCertificate reports whether the PEM bundles a and b hold a certificate in common.
+func sharesCertificate(a, b []byte) bool {
+	held := map[string]bool{}
+	for _, der := range pemCertificates(a) {
+		held[string(der)] = true
+	}
+	return slices.ContainsFunc(pemCertificates(b), func(der []byte) bool { return held[string(der)] })
+}
+
+// pemCertificates are the DER bytes of the certificates of a PEM bundle.
+func pemCertificates(bundle []byte) [][]byte {
+	var out [][]byte
+	for {
+		var block *pem.Block
+		if block, bundle = pem.Decode(bundle); block == nil {
+			return out
+		}
+		if block.Type == "CERTIFICATE" {
+			out = append(out, block.Bytes)
+		}
+	}
 }
 
 // validity reads the token validity of a kubeconfig Secret this provider wrote for the cluster at
