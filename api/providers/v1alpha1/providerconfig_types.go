@@ -101,6 +101,12 @@ type BackupPolicy struct {
 	// +kubebuilder:validation:Maximum=1000
 	// +optional
 	Keep int32 `json:"keep,omitempty"`
+
+	// ObjectStore keeps the snapshots in an S3-compatible object store as well, encrypted, for
+	// the local backend: the store's list is the catalog, and a Cluster whose state is lost is
+	// restored from it (BackupObjectStore).
+	// +optional
+	ObjectStore *BackupObjectStore `json:"objectStore,omitempty"`
 }
 
 // Defaults of a BackupPolicy.
