@@ -69,7 +69,9 @@ func (r *Records) put(key string, s backend.Snapshot) {
 func dir(namespace string, uid types.UID) string { return namespace + "/" + string(uid) + "/" }
 
 // keyOf is the key of the object of snapshot s with suffix.
-func keyOf(s backend.Snapshot, suffix string) string { return dir(s.Namespace, s.Cluster) + s.Name + suffix }
+func keyOf(s backend.Snapshot, suffix string) string {
+	return dir(s.Namespace, s.Cluster) + s.Name + suffix
+}
 
 // Upload seals the snapshot file (the plaintext whose SHA-256 s names) and, when keys is not
 // nil, the keys its Secrets are encrypted with, and writes them to the store; the record last,

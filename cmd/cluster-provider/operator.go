@@ -258,13 +258,13 @@ func newBackends(mgr ctrl.Manager, engine *manager.Engine, o *runOptions, bins [
 			return sec.Data, nil
 		},
 		SecretNamespace: secretNamespace,
-		Binaries:      bins,
-		StateDir:      o.StateDir,
-		AdvertiseHost: o.LocalAdvertiseHost,
-		MaxClusters:   o.LocalMaxClusters,
-		ServiceCIDR:   o.LocalServiceCIDR,
-		Certificates:  o.Certificates,
-		Notify:        notify,
+		Binaries:        bins,
+		StateDir:        o.StateDir,
+		AdvertiseHost:   o.LocalAdvertiseHost,
+		MaxClusters:     o.LocalMaxClusters,
+		ServiceCIDR:     o.LocalServiceCIDR,
+		Certificates:    o.Certificates,
+		Notify:          notify,
 		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
 			list := &clustersv1alpha1.ClusterList{}
 			err := reader.List(ctx, list)
