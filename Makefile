@@ -20,6 +20,12 @@ CACHE                  ?= $(HOME)/.cache/cluster-provider
 PREV_K8S_VERSION       ?= 1.36.3
 PREV_ETCD_VERSION      ?= 3.6.6
 
+# SeaweedFS, the real S3-compatible server the object-store tests run (backend/objectstore,
+# backend/local): its `weed`, built by hack/build-s3server.sh from the Go module proxy at the
+# version hack/tools/s3server/go.mod pins, cached outside the clone.
+S3SERVER_VERSION := $(shell awk '$$1 == "require" && $$2 == "github.com/seaweedfs/seaweedfs" {print substr($$3, 2)}' hack/tools/s3server/go.mod)
+S3SERVER         := $(CACHE)/s3/$(S3SERVER_VERSION)/weed
+
 ROOT   := $(abspath .)
 BIN    := $(ROOT)/bin
 export GOBIN := $(BIN)
@@ -88,9 +94,9 @@ docs-check: ## Check every relative link (file and #anchor) of README.md and doc
 	go run ./hack/doclinks
 
 .PHONY: test
-test: envtest envtest-prev $(ETCD_LINE_BINS) ## Run all tests with the race detector against envtest (deploy-check among them).
+test: envtest envtest-prev $(ETCD_LINE_BINS) $(S3SERVER) ## Run all tests with the race detector against envtest (deploy-check among them).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) LOCAL_ETCD_BINARIES=$(subst $(space),:,$(ETCD_LINE_BINS)) \
-	  LOCAL_PREV_BINARIES=$(PREV_ASSETS) go test $(GO_TEST_FLAGS) ./...
+	  LOCAL_PREV_BINARIES=$(PREV_ASSETS) S3_SERVER_BINARY=$(S3SERVER) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-stress
 test-stress: envtest envtest-prev $(ETCD_LINE_BINS) ## make test on a busy machine on purpose: STRESS_RUNS (3) runs in a row, the test cache off, beside STRESS_BURNERS (one per core) CPU burners.
@@ -195,6 +201,13 @@ $(CACHE)/etcd/%/etcdctl:
 
 $(CACHE)/etcd/%/etcdutl:
 	hack/build-envtest.sh etcdutl $* $@
+
+.PHONY: s3server
+s3server: $(S3SERVER) ## Build SeaweedFS's weed, the S3-compatible server of the object-store tests (cached in ~/.cache/cluster-provider/s3).
+	@echo "S3_SERVER_BINARY=$(S3SERVER)"
+
+$(S3SERVER):
+	hack/build-s3server.sh $@
 
 .PHONY: envtest-prev
 envtest-prev: $(PREV_ASSETS)/kube-apiserver $(PREV_ASSETS)/etcd $(PREV_ASSETS)/etcdctl $(PREV_ASSETS)/etcdutl ## Build the previous minor's kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl (cached in ~/.cache/cluster-provider/k8s).

@@ -27,6 +27,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // completeWithin bounds what the controller manager does by itself (a namespace's deletion, the
@@ -209,7 +211,9 @@ func TestMain(m *testing.M) {
 		fmt.Println("connected")
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testenv.StopS3() // started by the first test that needs it (objectstore_test.go)
+	os.Exit(code)
 }
 
 // tcpListeners lists the TCP sockets in LISTEN state that process pid holds, as "local address"

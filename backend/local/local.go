@@ -20,6 +20,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
+	"github.com/openmcp-local/cluster-provider/backend/objectstore"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -63,6 +64,12 @@ type Options struct {
 	ListClusters func(ctx context.Context) ([]clustersv1alpha1.Cluster, error)
 	// Logger logs starts, stops, crashes and adoption. Default: discard.
 	Logger logr.Logger
+	// ReadSecret reads the data of a Secret of SecretNamespace, the operator's namespace: the
+	// credentials of spec.backup.objectStore. Optional: without it, a ProviderConfig with an
+	// object store has its snapshots refused (BackupUnavailable).
+	ReadSecret func(ctx context.Context, name string) (map[string][]byte, error)
+	// SecretNamespace is the namespace ReadSecret reads, named in messages.
+	SecretNamespace string
 }
 
 // Backend runs each Cluster as a kube-apiserver and an etcd, child processes of the operator. It
@@ -179,6 +186,9 @@ func (b *Backend) Versions() []string {
 type settings struct {
 	// audit: the clusters' API servers keep audit logs (spec.audit, on unless disabled).
 	audit bool
+	// objectStore keeps the snapshots in an object store as well (spec.backup.objectStore;
+	// objectstore.go); nil for none.
+	objectStore *providersv1alpha1.BackupObjectStore
 }
 
 // defaultSettings are those of a ProviderConfig with an empty spec: the unbound Backend's.
@@ -189,16 +199,36 @@ var defaultSettings = settings{audit: true}
 type Bound struct {
 	*Backend
 	set settings
+	// records caches the snapshot records read from the object store; cat is its client, made
+	// with the values of the credentials Secret whose checksum is catSum (objectstore.go).
+	records objectstore.Records
+	catMu   sync.Mutex
+	cat     *objectstore.Catalog
+	catSum  string
 }
 
 // ForProfile returns the Backend bound to pc: its clusters keep audit logs as pc's spec.audit
-// says; a change of it restarts their API servers (audit.go).
+// says; a change of it restarts their API servers (audit.go). With spec.backup.objectStore, their
+// snapshots go to that object store too (objectstore.go).
 func (b *Backend) ForProfile(pc *providersv1alpha1.ProviderConfig) backend.Backend {
-	return &Bound{Backend: b, set: settings{audit: pc.Spec.Audit.On()}}
+	set := settings{audit: pc.Spec.Audit.On()}
+	if pc.Spec.Backup != nil && pc.Spec.Backup.ObjectStore != nil {
+		set.objectStore = pc.Spec.Backup.ObjectStore.DeepCopy()
+	}
+	return &Bound{Backend: b, set: set}
 }
 
-// Ensure is Backend.Ensure with the bound ProviderConfig's settings.
+// Ensure is Backend.Ensure with the bound ProviderConfig's settings. A Cluster not made yet from
+// a snapshot (AnnotationRestoreFrom) that the state folder lacks has it fetched from the object
+// store first (objectstore.go).
 func (v *Bound) Ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want) (backend.State, error) {
+	if ref, ok := cl.Annotations[backend.AnnotationRestoreFrom]; ok && v.set.objectStore != nil && !exists(v.Dir(cl.UID)) {
+		if uid, name, err := backend.ParseSnapshotRef(ref); err == nil {
+			if err := v.fetch(ctx, cl, uid, name); err != nil {
+				return backend.State{}, err
+			}
+		}
+	}
 	return v.Backend.ensure(ctx, cl, want, v.set)
 }
 

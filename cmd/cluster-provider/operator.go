@@ -240,14 +240,31 @@ func newBackends(mgr ctrl.Manager, engine *manager.Engine, o *runOptions, bins [
 		return backends, nil
 	}
 	reader := mgr.GetAPIReader()
+	// The object store's credentials (spec.backup.objectStore) are a Secret of the operator's
+	// namespace: its pod's, or out of a pod the namespace of its Lease.
+	secretNamespace := o.LeaderElectionNamespace
+	if data, err := os.ReadFile(inClusterNamespaceFile); err == nil {
+		secretNamespace = string(data)
+	}
 	lb, err := local.New(local.Options{
-		Binaries:      bins,
-		StateDir:      o.StateDir,
-		AdvertiseHost: o.LocalAdvertiseHost,
-		MaxClusters:   o.LocalMaxClusters,
-		ServiceCIDR:   o.LocalServiceCIDR,
-		Certificates:  o.Certificates,
-		Notify:        notify,
+		ReadSecret: func(ctx context.Context, name string) (map[string][]byte, error) {
+			if secretNamespace == "" {
+				return nil, errors.New("the operator does not run in a pod: set --leader-election-namespace to the namespace of the Secret")
+			}
+			sec := &corev1.Secret{}
+			if err := reader.Get(ctx, client.ObjectKey{Namespace: secretNamespace, Name: name}, sec); err != nil {
+				return nil, err
+			}
+			return sec.Data, nil
+		},
+		SecretNamespace: secretNamespace,
+		Binaries:        bins,
+		StateDir:        o.StateDir,
+		AdvertiseHost:   o.LocalAdvertiseHost,
+		MaxClusters:     o.LocalMaxClusters,
+		ServiceCIDR:     o.LocalServiceCIDR,
+		Certificates:    o.Certificates,
+		Notify:          notify,
 		ListClusters: func(ctx context.Context) ([]clustersv1alpha1.Cluster, error) {
 			list := &clustersv1alpha1.ClusterList{}
 			err := reader.List(ctx, list)

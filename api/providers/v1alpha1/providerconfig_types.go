@@ -117,6 +117,12 @@ type BackupPolicy struct {
 	// backup.clusters.openmcp.cloud/skip-snapshot-before-delete.
 	// +optional
 	SnapshotBeforeDelete *bool `json:"snapshotBeforeDelete,omitempty"`
+
+	// ObjectStore keeps the snapshots in an S3-compatible object store as well, encrypted, for
+	// the local backend: the store's list is the catalog, and a Cluster whose state is lost is
+	// restored from it (BackupObjectStore).
+	// +optional
+	ObjectStore *BackupObjectStore `json:"objectStore,omitempty"`
 }
 
 // BackupRetention are the age tiers of a BackupPolicy: how many of the last hours, days, weeks
