@@ -221,7 +221,7 @@ func (d *drill) badRestoresRefused(t *testing.T) {
 // resourceVersion handed out before the restore ends in 410 Gone.
 func (d *drill) restored(t *testing.T) {
 	h, cl, cs, made := d.h, d.cl, d.cs, d.made
-	seen := seenBeforeRestore(t, cs, d.snap.Revision)
+	seen := testenv.SeenBeforeRestore(t, cs, d.snap.Revision)
 	require.NoError(t, h.b.Restore(t.Context(), cl, d.snap.Name))
 	restoring, err := h.b.Ensure(t.Context(), cl, backend.Want{Version: "1.37.1"})
 	require.NoError(t, err)
@@ -237,7 +237,7 @@ func (d *drill) restored(t *testing.T) {
 	assert.True(t, configMapExists(t, cs, "before-1"))
 	assert.True(t, configMapExists(t, cs, "before-2"))
 	assert.False(t, configMapExists(t, cs, "after"), "written after the snapshot")
-	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { watchFromBeforeRestoreGone(t, cs, seen) })
+	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { testenv.WatchFromBeforeRestoreGone(t, cs, seen) })
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, err := d.user.CoreV1().ConfigMaps("kept").List(t.Context(), metav1.ListOptions{})
 		assert.NoError(c, err, "the token issued before the snapshot works again")

@@ -20,6 +20,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestHostedBackupOnKind: snapshots of a hosted control plane on the kind platform (issue 32): the
@@ -181,7 +182,7 @@ func TestHostedRestoreDrill(t *testing.T) {
 
 	// A client lists (and would watch) the data etcd has before the restore, past the snapshot's
 	// revision.
-	seen := seenBeforeRestore(t, admin, snap.Revision)
+	seen := testenv.SeenBeforeRestore(t, admin, snap.Revision)
 	start := time.Now()
 	annotate(backend.AnnotationRestore, snap.Name)
 	cond = awaitCondition(t, c, cl, cluster.ConditionRestored, cluster.ReasonRestoreDone)
@@ -197,7 +198,7 @@ func TestHostedRestoreDrill(t *testing.T) {
 		_, err = user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		assert.NoError(ct, err, "the kubeconfig issued before the snapshot works again")
 	}, 2*time.Minute, poll, "the snapshot's data, through the same kubeconfigs")
-	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { watchFromBeforeRestoreGone(t, admin, seen) })
+	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { testenv.WatchFromBeforeRestoreGone(t, admin, seen) })
 
 	// A new Cluster from the snapshot.
 	copyOf := &clustersv1alpha1.Cluster{

@@ -23,6 +23,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // TestHostedHARestoreCordonedOnKind is the all-or-nothing drill of a highly available restore
@@ -69,7 +70,7 @@ func TestHostedHARestoreCordonedOnKind(t *testing.T) {
 	annotate(backend.AnnotationSnapshot, "now")
 	snap := awaitBackups(t, c, cl, 1)[0]
 	write("after")
-	seen := seenBeforeRestore(t, admin, snap.Revision)
+	seen := testenv.SeenBeforeRestore(t, admin, snap.Revision)
 
 	// One member's node cordoned, the member's pod deleted: it cannot start anywhere.
 	member := &corev1.Pod{}
@@ -107,7 +108,7 @@ func TestHostedHARestoreCordonedOnKind(t *testing.T) {
 		_, err = admin.CoreV1().ConfigMaps("default").Get(ctx, "after", metav1.GetOptions{})
 		assert.True(ct, apierrors.IsNotFound(err), "after the snapshot: gone: %v", err)
 	}, 2*time.Minute, poll, "the snapshot's data")
-	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { watchFromBeforeRestoreGone(t, admin, seen) })
+	t.Run("a watch from before the restore ends in 410 Gone", func(t *testing.T) { testenv.WatchFromBeforeRestoreGone(t, admin, seen) })
 
 	// Writes after the restore stay, also once a member is replaced.
 	write("post-restore")

@@ -1,4 +1,4 @@
-package local
+package testenv
 
 import (
 	"strconv"
@@ -20,10 +20,10 @@ import (
 // the revision bump (not the cache's start) can answer 410 Gone.
 const beforeRestoreMargin = 500
 
-// seenBeforeRestore writes ConfigMaps into the cluster as it runs before a restore (the restore
+// SeenBeforeRestore writes ConfigMaps into the cluster as it runs before a restore (the restore
 // takes them away) until its revision is beforeRestoreMargin past snapshotRevision, and returns the
 // resourceVersion of a list of every ConfigMap, as a client that lists and then watches holds it.
-func seenBeforeRestore(t *testing.T, cs kubernetes.Interface, snapshotRevision int64) string {
+func SeenBeforeRestore(t *testing.T, cs kubernetes.Interface, snapshotRevision int64) string {
 	t.Helper()
 	_, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pre-restore"}}, metav1.CreateOptions{})
 	if !apierrors.IsAlreadyExists(err) {
@@ -46,12 +46,12 @@ func seenBeforeRestore(t *testing.T, cs kubernetes.Interface, snapshotRevision i
 	return list.ResourceVersion
 }
 
-// watchFromBeforeRestoreGone checks, after a restore, that a watch from rv (a resourceVersion
+// WatchFromBeforeRestoreGone checks, after a restore, that a watch from rv (a resourceVersion
 // handed out before it) ends in 410 Gone, so that its client lists anew. First the cluster writes
 // until its revision has passed rv: a restore without a revision bump starts again at the
 // snapshot's revision, below rv, and a watch from rv would then be answered with the new history
 // as if it continued the old one (the objects written after the snapshot never reported deleted).
-func watchFromBeforeRestoreGone(t *testing.T, cs kubernetes.Interface, rv string) {
+func WatchFromBeforeRestoreGone(t *testing.T, cs kubernetes.Interface, rv string) {
 	t.Helper()
 	before, err := strconv.ParseUint(rv, 10, 64)
 	require.NoError(t, err, "etcd's resourceVersions are its revisions")
