@@ -1,8 +1,12 @@
 package backend
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"os/exec"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/version"
 )
@@ -55,4 +59,21 @@ func CheckImageVersions(want, kubernetes, etcd string) string {
 		return fmt.Sprintf("it carries etcd %s, and Kubernetes %s needs etcd 3.%d", e, Normalize(want), line)
 	}
 	return ""
+}
+
+// VersionTimeout bounds one `--version` call of RunVersion.
+const VersionTimeout = 30 * time.Second
+
+// RunVersion runs bin --version (at most VersionTimeout) and returns what it printed; the error
+// carries that output.
+func RunVersion(ctx context.Context, bin string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, VersionTimeout)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "--version")
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
 }

@@ -65,9 +65,6 @@ func (b Binaries) backupTools() error {
 	return nil
 }
 
-// versionTimeout bounds one `--version` call.
-const versionTimeout = 30 * time.Second
-
 // LoadBinaries inspects each folder once: it must hold executable kube-apiserver,
 // kube-controller-manager and etcd files; the Kubernetes version it offers is what
 // `kube-apiserver --version` prints (folder names mean nothing), and kube-controller-manager must
@@ -89,7 +86,7 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 				return nil, fmt.Errorf("--local-binaries folder %s: %w (it must hold kube-apiserver, kube-controller-manager and etcd; `make envtest` builds them)", dir, err)
 			}
 		}
-		etcdOut, err := runVersion(ctx, b.Etcd())
+		etcdOut, err := backend.RunVersion(ctx, b.Etcd())
 		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: etcd --version: %w", dir, err)
 		}
@@ -97,7 +94,7 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 		if err := checkEtcdStarts(ctx, b.Etcd()); err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: %w", dir, err)
 		}
-		out1, err := runVersion(ctx, b.APIServer())
+		out1, err := backend.RunVersion(ctx, b.APIServer())
 		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: kube-apiserver --version: %w", dir, err)
 		}
@@ -105,7 +102,7 @@ func LoadBinaries(ctx context.Context, dirs []string) ([]Binaries, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: kube-apiserver %w", dir, err)
 		}
-		out2, err := runVersion(ctx, b.ControllerManager())
+		out2, err := backend.RunVersion(ctx, b.ControllerManager())
 		if err != nil {
 			return nil, fmt.Errorf("--local-binaries folder %s: kube-controller-manager --version: %w", dir, err)
 		}
@@ -131,18 +128,6 @@ func executable(path string) error {
 		return fmt.Errorf("%s is not an executable file", path)
 	}
 	return nil
-}
-
-func runVersion(ctx context.Context, bin string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%w: %s", err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
 }
 
 // parseKubernetesVersion reads the version from `kube-apiserver --version` (or

@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/openmcp-local/cluster-provider/backend"
 )
@@ -23,9 +20,6 @@ type Versions struct {
 	Etcd       string `json:"etcd,omitempty"`
 	Error      string `json:"error,omitempty"`
 }
-
-// versionTimeout bounds one --version call.
-const versionTimeout = 30 * time.Second
 
 // versions runs `kube-apiserver --version` and `etcd --version` of the image (beside this
 // command, or in --bin) and writes the versions they report to --result.
@@ -42,33 +36,20 @@ func versions(ctx context.Context, args []string) error {
 		*bin = filepath.Dir(exe)
 	}
 	var v Versions
-	out, err := runVersion(ctx, filepath.Join(*bin, "kube-apiserver"))
+	out, err := backend.RunVersion(ctx, filepath.Join(*bin, "kube-apiserver"))
 	if err == nil {
 		v.Kubernetes, err = backend.ParseKubernetesVersion(out)
 	}
 	if err != nil {
 		return writeVersions(*result, v, fmt.Errorf("kube-apiserver: %w", err))
 	}
-	if out, err = runVersion(ctx, filepath.Join(*bin, "etcd")); err != nil {
+	if out, err = backend.RunVersion(ctx, filepath.Join(*bin, "etcd")); err != nil {
 		return writeVersions(*result, v, fmt.Errorf("etcd: %w", err))
 	}
 	if v.Etcd = backend.ParseEtcdVersion(out); v.Etcd == "" {
 		return writeVersions(*result, v, fmt.Errorf("etcd --version printed %q, no \"etcd Version: X.Y.Z\"", strings.TrimSpace(out)))
 	}
 	return writeVersions(*result, v, nil)
-}
-
-// runVersion runs bin --version and returns what it printed.
-func runVersion(ctx context.Context, bin string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
-	defer cancel()
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, bin, "--version")
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("%s --version: %w: %s", bin, err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
 }
 
 // writeVersions writes v as JSON to file (and stdout), and returns err.

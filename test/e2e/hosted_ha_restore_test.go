@@ -37,24 +37,11 @@ import (
 func TestHostedHARestoreCordonedOnKind(t *testing.T) {
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
-	pc = pc.DeepCopy()
-	pc.Spec.Hosted.HighAvailability = true
-	profile, ns := hostedProfile(t, c, pc, "hosted-ha-restore-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ha-restore"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-		dropSnapshots(c, cl)
-	})
+	cl := hostedHACluster(t, c, pc, "hosted-ha-restore-", "ha-restore")
 	ready := func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
 	}
-	require.EventuallyWithT(t, ready, 6*time.Minute, poll, "the highly available Cluster is Ready")
 	hns := hosted.NamespaceFor(cl.UID)
 	admin := hostedAdmin(t, c, cl)
 	write := func(name string) {
@@ -64,7 +51,7 @@ func TestHostedHARestoreCordonedOnKind(t *testing.T) {
 	}
 	write("before")
 	annotate := func(key, value string) {
-		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", ns, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
+		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", cl.Namespace, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
 	annotate(backend.AnnotationSnapshot, "now")

@@ -19,6 +19,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/controllers/cluster"
@@ -35,25 +36,12 @@ import (
 func TestHostedHAOnKind(t *testing.T) {
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
-	pc = pc.DeepCopy()
-	pc.Spec.Hosted.HighAvailability = true
-	profile, ns := hostedProfile(t, c, pc, "hosted-ha-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ha"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
 	start := time.Now()
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-		dropSnapshots(c, cl)
-	})
+	cl := hostedHACluster(t, c, pc, "hosted-ha-", "ha")
 	ready := func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
 	}
-	require.EventuallyWithT(t, ready, 6*time.Minute, poll, "the highly available Cluster is Ready")
 	t.Logf("FIGURE hosted HA create→Ready: %.1f s", time.Since(start).Seconds())
 	hns := hosted.NamespaceFor(cl.UID)
 	// etcd's first check (a maintenance Job over the three members, TLS with the Jobs' client
@@ -218,7 +206,7 @@ func TestHostedHAOnKind(t *testing.T) {
 
 	// (3) A restore in place restores all three members together.
 	annotate := func(key, value string) {
-		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", ns, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
+		out, err := exec.Command("kubectl", "--kubeconfig", kubeconfig, "-n", cl.Namespace, "annotate", "cluster", cl.Name, key+"="+value, "--overwrite").CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
 	annotate(backend.AnnotationSnapshot, "now")
@@ -266,4 +254,29 @@ func apiServerMessage(cl *clustersv1alpha1.Cluster) string {
 		return fmt.Sprintf("%q (%s)", c.Message, c.Reason)
 	}
 	return "no APIServerReady condition"
+}
+
+// hostedHACluster makes a highly available hosted Cluster name in a new profile and namespace
+// (prefix) of pc, deleted with its snapshots at the end of t, and waits until it is Ready.
+func hostedHACluster(t *testing.T, c client.Client, pc *providersv1alpha1.ProviderConfig, prefix, name string) *clustersv1alpha1.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	pc = pc.DeepCopy()
+	pc.Spec.Hosted.HighAvailability = true
+	profile, ns := hostedProfile(t, c, pc, prefix)
+	cl := &clustersv1alpha1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
+	}
+	require.NoError(t, c.Create(ctx, cl))
+	t.Cleanup(func() {
+		_ = c.Delete(context.Background(), cl)
+		hostedGone(t, c, cl.UID)
+		dropSnapshots(c, cl)
+	})
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
+		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
+	}, 6*time.Minute, poll, "the highly available Cluster is Ready")
+	return cl
 }

@@ -32,23 +32,7 @@ import (
 func TestHostedQuorumLossOnKind(t *testing.T) {
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
-	pc = pc.DeepCopy()
-	pc.Spec.Hosted.HighAvailability = true
-	profile, ns := hostedProfile(t, c, pc, "hosted-quorum-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quorum"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-		dropSnapshots(c, cl)
-	})
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
-	}, 6*time.Minute, poll, "the highly available Cluster is Ready")
+	cl := hostedHACluster(t, c, pc, "hosted-quorum-", "quorum")
 	etcdHealthy := awaitEtcdCondition(t, c, cl, metav1.ConditionTrue, backend.ReasonRunning, 3*time.Minute, "all 3 etcd members are ready")
 	t.Logf("EtcdHealthy: %s", etcdHealthy.Message)
 
