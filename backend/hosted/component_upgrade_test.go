@@ -60,91 +60,114 @@ func etcdImage(t *testing.T, cl *clustersv1alpha1.Cluster) string {
 // upgradeOnAClaim: a control plane whose etcd is on a claim upgrades, etcd first, and refuses a
 // downgrade.
 func upgradeOnAClaim(t *testing.T, h *harness) {
-	{
-		h.pc.Spec.Hosted.StorageClassName = "standard"
-		defer func() { h.pc.Spec.Hosted.StorageClassName = "" }()
-		cl := newCluster("upgrade-claim")
-		h.ensureWant(t, cl, want136)
-		h.etcdUp(t, cl)
-		require.Equal(t, image136, etcdImage(t, cl))
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	defer func() { h.pc.Spec.Hosted.StorageClassName = "" }()
+	cl := newCluster("upgrade-claim")
+	h.ensureWant(t, cl, want136)
+	h.etcdUp(t, cl)
+	require.Equal(t, image136, etcdImage(t, cl))
 
-		s := h.ensureWant(t, cl, backend.Want{Version: "1.37.1"}) // the default moved; nothing named
-		assert.Nil(t, s.VersionChange)
-		assert.Equal(t, "1.36.3", s.Runs)
-		assert.Equal(t, image136, etcdImage(t, cl), "a Cluster naming no version keeps its own")
+	s := h.ensureWant(t, cl, backend.Want{Version: "1.37.1"}) // the default moved; nothing named
+	assert.Nil(t, s.VersionChange)
+	assert.Equal(t, "1.36.3", s.Runs)
+	assert.Equal(t, image136, etcdImage(t, cl), "a Cluster naming no version keeps its own")
 
-		s = h.ensureWant(t, cl, want137)
-		require.NotNil(t, s.VersionChange)
-		assert.Equal(t, image136, etcdImage(t, cl), "nothing rolls before the new image is checked")
-		h.imageChecked(t, cl, image1, "1.37.1", "3.7.0")
-		s = h.ensureWant(t, cl, want137)
-		forceGone(t, preflightJobs.name(NamespaceFor(cl.UID))) // read and deleted: envtest has no garbage collector
-		require.NotNil(t, s.VersionChange)
-		assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
-		assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
-		assert.Equal(t, image1, etcdImage(t, cl), "etcd rolls first, on its claim")
-		apiImage := func() string {
-			return apiServerImage(get(t, &appsv1.Deployment{}, NamespaceFor(cl.UID), NameAPIServer))
-		}
-		assert.Equal(t, image136, apiImage(), "the API server rolls once etcd runs the new version")
-		assert.Equal(t, "1.37.1", record(t, cl).Version)
-		assert.Equal(t, "1.36.3", record(t, cl).UpgradeFrom)
-		s = h.ensureWant(t, cl, want137)
-		require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
-		assert.False(t, s.VersionChange.Refused)
+	upgradeRollsEtcdFirst(t, h, cl)
+	upgradeWaitsForOldAPIServer(t, h, cl)
 
-		// Rolled out and answering 1.37.1, but the old API server still serves its shutdown delay:
-		// not done until it is gone.
-		rolledOutNow(t, cl) // etcd rolled out: the API server rolls
-		require.Eventually(t, func() bool {
-			h.ensureWant(t, cl, want137)
-			return apiImage() == image1
-		}, 10*time.Second, 50*time.Millisecond, "the API server rolls once etcd runs the new version")
-		h.version = "1.37.1"
-		rolledOutNow(t, cl)
-		ns := NamespaceFor(cl.UID)
-		oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apiserver-old", Finalizers: []string{"test.openmcp.cloud/hold"},
-			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(cl.UID), LabelComponent: ComponentAPIServer},
-			Annotations: map[string]string{AnnotationCluster: cl.Namespace + "/" + cl.Name}},
-			Spec: corev1.PodSpec{
-				SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-				Containers: []corev1.Container{{Name: "c", Image: image136, SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptrTo(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
-			}}
-		require.NoError(t, env.Client.Create(t.Context(), oldPod))
-		require.NoError(t, env.Client.Delete(t.Context(), oldPod))
-		hst, err := h.b.hostFor(t.Context(), nil)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool {
-			var p corev1.Pod
-			return hst.cache.Get(t.Context(), client.ObjectKeyFromObject(oldPod), &p) == nil && p.DeletionTimestamp != nil
-		}, 10*time.Second, 10*time.Millisecond)
-		s = h.ensureWant(t, cl, want137)
-		require.NotNil(t, s.VersionChange, "an old API server still serves")
-		assert.Equal(t, "1.36.3", s.Runs)
-		oldPod = get(t, &corev1.Pod{}, ns, oldPod.Name)
-		oldPod.Finalizers = nil
-		require.NoError(t, env.Client.Update(t.Context(), oldPod))
-		require.Eventually(t, func() bool {
-			s = h.ensureWant(t, cl, want137)
-			dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
-			return containerImage(dep.Spec.Template.Spec, containerKCM) == image1
-		}, 10*time.Second, 50*time.Millisecond, "the controller manager rolls once the old API server is gone")
-		require.NotNil(t, s.VersionChange, "not done while the controller manager rolls")
-		rolledOutNow(t, cl)
-		require.Eventually(t, func() bool {
-			s = h.ensureWant(t, cl, want137)
-			return s.VersionChange == nil
-		}, 10*time.Second, 50*time.Millisecond, "done once the controller manager rolled out")
-		assert.Equal(t, "1.37.1", s.Runs)
-		assert.Empty(t, record(t, cl).UpgradeFrom)
+	s = h.ensureWant(t, cl, want136)
+	require.NotNil(t, s.VersionChange)
+	assert.True(t, s.VersionChange.Refused)
+	assert.Contains(t, s.VersionChange.Message, "downgrade from 1.37.1 to 1.36.3 is refused")
+	assert.Equal(t, image1, etcdImage(t, cl))
+}
 
-		s = h.ensureWant(t, cl, want136)
-		require.NotNil(t, s.VersionChange)
-		assert.True(t, s.VersionChange.Refused)
-		assert.Contains(t, s.VersionChange.Message, "downgrade from 1.37.1 to 1.36.3 is refused")
-		assert.Equal(t, image1, etcdImage(t, cl))
-	}
+// apiImage is the image of cl's API server.
+func apiImage(t *testing.T, cl *clustersv1alpha1.Cluster) string {
+	t.Helper()
+	return apiServerImage(get(t, &appsv1.Deployment{}, NamespaceFor(cl.UID), NameAPIServer))
+}
+
+// upgradeRollsEtcdFirst: naming 1.37.1 checks the new image, then rolls etcd on its claim while
+// the API server keeps the old image.
+func upgradeRollsEtcdFirst(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	s := h.ensureWant(t, cl, want137)
+	require.NotNil(t, s.VersionChange)
+	assert.Equal(t, image136, etcdImage(t, cl), "nothing rolls before the new image is checked")
+	h.imageChecked(t, cl, image1, "1.37.1", "3.7.0")
+	s = h.ensureWant(t, cl, want137)
+	forceGone(t, preflightJobs.name(NamespaceFor(cl.UID))) // read and deleted: envtest has no garbage collector
+	require.NotNil(t, s.VersionChange)
+	assert.False(t, s.VersionChange.Refused, s.VersionChange.Message)
+	assert.Equal(t, "1.36.3", s.Runs, "the old version runs until the new API server serves")
+	assert.Equal(t, image1, etcdImage(t, cl), "etcd rolls first, on its claim")
+	assert.Equal(t, image136, apiImage(t, cl), "the API server rolls once etcd runs the new version")
+	assert.Equal(t, "1.37.1", record(t, cl).Version)
+	assert.Equal(t, "1.36.3", record(t, cl).UpgradeFrom)
+	s = h.ensureWant(t, cl, want137)
+	require.NotNil(t, s.VersionChange, "still upgrading while the new API server does not serve")
+	assert.False(t, s.VersionChange.Refused)
+}
+
+// upgradeWaitsForOldAPIServer: the API server rolls once etcd rolled out; the upgrade is done
+// only once the old API server is gone and the controller manager rolled out.
+func upgradeWaitsForOldAPIServer(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	// Rolled out and answering 1.37.1, but the old API server still serves its shutdown delay:
+	// not done until it is gone.
+	rolledOutNow(t, cl) // etcd rolled out: the API server rolls
+	require.Eventually(t, func() bool {
+		h.ensureWant(t, cl, want137)
+		return apiImage(t, cl) == image1
+	}, 10*time.Second, 50*time.Millisecond, "the API server rolls once etcd runs the new version")
+	h.version = "1.37.1"
+	rolledOutNow(t, cl)
+	ns := NamespaceFor(cl.UID)
+	oldPod := terminatingOldAPIServer(t, h, cl)
+	s := h.ensureWant(t, cl, want137)
+	require.NotNil(t, s.VersionChange, "an old API server still serves")
+	assert.Equal(t, "1.36.3", s.Runs)
+	oldPod = get(t, &corev1.Pod{}, ns, oldPod.Name)
+	oldPod.Finalizers = nil
+	require.NoError(t, env.Client.Update(t.Context(), oldPod))
+	require.Eventually(t, func() bool {
+		s = h.ensureWant(t, cl, want137)
+		dep := get(t, &appsv1.Deployment{}, ns, NameAPIServer)
+		return containerImage(dep.Spec.Template.Spec, containerKCM) == image1
+	}, 10*time.Second, 50*time.Millisecond, "the controller manager rolls once the old API server is gone")
+	require.NotNil(t, s.VersionChange, "not done while the controller manager rolls")
+	rolledOutNow(t, cl)
+	require.Eventually(t, func() bool {
+		s = h.ensureWant(t, cl, want137)
+		return s.VersionChange == nil
+	}, 10*time.Second, 50*time.Millisecond, "done once the controller manager rolled out")
+	assert.Equal(t, "1.37.1", s.Runs)
+	assert.Empty(t, record(t, cl).UpgradeFrom)
+}
+
+// terminatingOldAPIServer makes an old API server Pod of cl that a finalizer holds while it
+// terminates, and waits until the backend's cache sees it terminating.
+func terminatingOldAPIServer(t *testing.T, h *harness, cl *clustersv1alpha1.Cluster) *corev1.Pod {
+	t.Helper()
+	ns := NamespaceFor(cl.UID)
+	oldPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "apiserver-old", Finalizers: []string{"test.openmcp.cloud/hold"},
+		Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelClusterUID: string(cl.UID), LabelComponent: ComponentAPIServer},
+		Annotations: map[string]string{AnnotationCluster: cl.Namespace + "/" + cl.Name}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "c", Image: image136, SecurityContext: &corev1.SecurityContext{
+				AllowPrivilegeEscalation: ptrTo(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		}}
+	require.NoError(t, env.Client.Create(t.Context(), oldPod))
+	require.NoError(t, env.Client.Delete(t.Context(), oldPod))
+	hst, err := h.b.hostFor(t.Context(), nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var p corev1.Pod
+		return hst.cache.Get(t.Context(), client.ObjectKeyFromObject(oldPod), &p) == nil && p.DeletionTimestamp != nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return oldPod
 }
 
 // TestImageRefresh: a patched image for the SAME version reaches an existing Cluster only when the

@@ -85,6 +85,31 @@ func (f *failures) add(err error) error {
 // with it) polling every 100 ms never fails; one that kept the old CA fails from phase 2 on, not
 // before. The CA expiry gauge and the CertificatesValid condition follow each phase.
 func TestCARotated(t *testing.T) {
+	r := startRotationRun(t)
+	bundle, newCA := r.trusting(t)
+	signingAt := r.signing(t, bundle, newCA)
+	r.rotated(t, newCA)
+	r.clientsAfter(t, newCA, signingAt)
+}
+
+// rotationRun is what the phases of TestCARotated share: the backend and its cluster, the
+// cluster's first CA, a token's client config, the API server's PID, and two polling clients,
+// one that follows the bundle and one that kept the old CA, with when each request failed.
+type rotationRun struct {
+	h                          *harness
+	cl                         *clustersv1alpha1.Cluster
+	ref                        backend.Ref
+	oldCA                      []byte
+	token                      *rest.Config
+	apiPID                     int
+	follower, kept             *poller
+	followerFailed, keptFailed *failures
+}
+
+// startRotationRun starts a cluster whose CA is valid 3 minutes and, once it is complete, the
+// two polling clients.
+func startRotationRun(t *testing.T) *rotationRun {
+	t.Helper()
 	// Rotation from 100 s after the CA was made, phases of 20 s; the new CA's own rotation starts
 	// 100 s after it was made: a minute after this one ends.
 	life := certs.Lifetime{CAValidity: 3 * time.Minute, CARenewBefore: 80 * time.Second}
@@ -101,7 +126,8 @@ func TestCARotated(t *testing.T) {
 	admin, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
 	token := issuedConfig(t, admin)
-	apiPID := h.b.PIDs(cl.UID)[procAPIServer]
+	r := &rotationRun{h: h, cl: cl, ref: ref, oldCA: oldCA, token: token, apiPID: h.b.PIDs(cl.UID)[procAPIServer],
+		followerFailed: &failures{}, keptFailed: &failures{}}
 	read := func(ctx context.Context, caPEM []byte) error {
 		cfg := rest.CopyConfig(token)
 		cfg.CAData = caPEM
@@ -112,26 +138,39 @@ func TestCARotated(t *testing.T) {
 		_, err = cs.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		return err
 	}
-	var followerFailed, keptFailed failures
-	follower := startPoller(func(ctx context.Context) error {
+	r.follower = startPoller(func(ctx context.Context) error {
 		cfg, err := h.b.AdminConfig(ctx, cl) // the bundle of the moment
 		if err != nil {
-			return followerFailed.add(err)
+			return r.followerFailed.add(err)
 		}
-		return followerFailed.add(read(ctx, cfg.CAData))
+		return r.followerFailed.add(read(ctx, cfg.CAData))
 	}, 100*time.Millisecond)
-	kept := startPoller(func(ctx context.Context) error { return keptFailed.add(read(ctx, oldCA)) }, 100*time.Millisecond)
+	r.kept = startPoller(func(ctx context.Context) error { return r.keptFailed.add(read(ctx, oldCA)) }, 100*time.Millisecond)
+	return r
+}
 
+// trusting awaits phase 1: the bundle holds the old CA and the new one, the old CA still signs
+// the serving certificate. It returns the bundle and the new CA.
+func (r *rotationRun) trusting(t *testing.T) (bundle, newCA []byte) {
+	t.Helper()
+	h, cl, oldCA := r.h, r.cl, r.oldCA
 	// Due 100 s after the CA was made; then every phase within its 20 s and a busy machine's slack.
-	s = awaitWithin(h, cl, 3*time.Minute, "phase 1: Trusting", inPhase(backend.ReasonCARotating, "(Trusting)"))
-	bundle := s.CABundle
+	s := awaitWithin(h, cl, 3*time.Minute, "phase 1: Trusting", inPhase(backend.ReasonCARotating, "(Trusting)"))
+	bundle = s.CABundle
 	require.Len(t, pemCerts(t, bundle), 2, "the old CA and the new one")
 	assert.Equal(t, oldCA, bundle[:len(oldCA)], "the old CA first")
-	newCA := bundle[len(oldCA):]
+	newCA = bundle[len(oldCA):]
 	assert.True(t, servingVerifies(t, s.Endpoint, oldCA), "the old CA still signs the serving certificate")
-	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, caNext), 1, "the gauge of the next CA")
+	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, caNext), 1, "the gauge of the next CA")
+	return bundle, newCA
+}
 
-	s = awaitWithin(h, cl, time.Minute, "phase 2: Signing", inPhase(backend.ReasonCARotating, "(Signing)"))
+// signing awaits phase 2: the new CA signs the serving certificate, the bundle unchanged. It
+// returns when phase 2 began.
+func (r *rotationRun) signing(t *testing.T, bundle, newCA []byte) time.Time {
+	t.Helper()
+	h, cl, oldCA := r.h, r.cl, r.oldCA
+	s := awaitWithin(h, cl, time.Minute, "phase 2: Signing", inPhase(backend.ReasonCARotating, "(Signing)"))
 	pkiPath := filepath.Join(h.b.Dir(cl.UID), pkiDir)
 	rec, err := (&pki{dir: pkiPath}).readRotation()
 	require.NoError(t, err)
@@ -142,9 +181,17 @@ func TestCARotated(t *testing.T) {
 		assert.True(c, servingVerifies(c, s.Endpoint, newCA), "the new CA signs the serving certificate")
 	}, 30*time.Second, 100*time.Millisecond)
 	assert.False(t, servingVerifies(t, s.Endpoint, oldCA), "the old CA alone no longer verifies the API server")
-	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, caPrevious), 1, "the gauge of the previous CA")
+	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, caPrevious), 1, "the gauge of the previous CA")
+	return signingAt
+}
 
-	s = awaitWithin(h, cl, time.Minute, "rotated", inPhase(backend.ReasonCARotated, ""))
+// rotated awaits the end of the rotation: the bundle is the new CA alone, every leaf in the pki
+// folder is signed by it, and the gauges say so.
+func (r *rotationRun) rotated(t *testing.T, newCA []byte) {
+	t.Helper()
+	h, cl, ref := r.h, r.cl, r.ref
+	pkiPath := filepath.Join(h.b.Dir(cl.UID), pkiDir)
+	s := awaitWithin(h, cl, time.Minute, "rotated", inPhase(backend.ReasonCARotated, ""))
 	assert.Equal(t, newCA, s.CABundle, "the new CA alone")
 	assert.Equal(t, newCA, mustRead(t, filepath.Join(pkiPath, caBundleFile)))
 	assert.NoFileExists(t, filepath.Join(pkiPath, caOldCertFile))
@@ -154,9 +201,16 @@ func TestCARotated(t *testing.T) {
 	assert.Zero(t, backend.CAExpiry(ref, caPrevious), "no previous CA any more")
 	assert.Zero(t, backend.CAExpiry(ref, caNext))
 	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, caCurrent), 1)
+}
 
+// clientsAfter: the controller manager runs again and publishes the new bundle; the client that
+// follows the bundle never failed, the one that kept the old CA failed from phase 2 (signingAt)
+// on, not before; the API server was not restarted.
+func (r *rotationRun) clientsAfter(t *testing.T, newCA []byte, signingAt time.Time) {
+	t.Helper()
+	h, cl, follower, kept := r.h, r.cl, r.follower, r.kept
 	h.await(cl, "complete, the controller manager on the new CA", complete)
-	cfg := rest.CopyConfig(token)
+	cfg := rest.CopyConfig(r.token)
 	cfg.CAData = newCA
 	cs := kubernetes.NewForConfigOrDie(cfg)
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -177,13 +231,14 @@ func TestCARotated(t *testing.T) {
 	assert.Zero(t, failed, "no request failed (first: %v)", follower.firstFailure)
 	keptOK, keptFailedN, _ := kept.end()
 	t.Logf("a client that kept the old CA: %d answers, %d failed (first: %v)", keptOK, keptFailedN, kept.firstFailure)
+	keptFailed := r.keptFailed
 	keptFailed.mu.Lock()
 	defer keptFailed.mu.Unlock()
 	require.NotEmpty(t, keptFailed.at, "a client that kept the old CA alone fails once the new one signs")
 	assert.False(t, keptFailed.at[0].Before(signingAt), "it did not fail in phase 1: first failure %s, phase 2 from %s",
 		keptFailed.at[0].Format(time.RFC3339Nano), signingAt.Format(time.RFC3339Nano))
 	assert.Contains(t, kept.firstFailure.Error(), "certificate signed by unknown authority", "what such a client sees")
-	assert.Equal(t, apiPID, h.b.PIDs(cl.UID)[procAPIServer], "the API server was not restarted")
+	assert.Equal(t, r.apiPID, h.b.PIDs(cl.UID)[procAPIServer], "the API server was not restarted")
 }
 
 // pemCerts parses the certificates of a PEM bundle.

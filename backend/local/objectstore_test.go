@@ -70,6 +70,33 @@ func randomKey(t *testing.T) []byte {
 // and the Secrets (their encryption keys came with it), a Cluster of another namespace cannot be
 // made from it, and one of the same namespace can.
 func TestObjectStoreBackups(t *testing.T) {
+	fx := startObjectStore(t)
+	t.Run("a wrong key is refused", func(t *testing.T) { fx.wrongKeyRefused(t) })
+	fx.restoreInPlace(t)
+	t.Run("a Cluster of another namespace cannot be made from it", func(t *testing.T) { fx.otherNamespaceRefused(t) })
+	t.Run("a Cluster of the same namespace is made from it", func(t *testing.T) { fx.sameNamespaceMade(t) })
+}
+
+// objectStoreFixture is what the steps of TestObjectStoreBackups share: the backend of a
+// ProviderConfig keeping snapshots in S3, its state folder and Secrets, the Cluster, its
+// client, its state when made, and its snapshot.
+type objectStoreFixture struct {
+	h        *harness
+	be       backend.Backend
+	bk       backend.Backups
+	want     backend.Want
+	stateDir string
+	secrets  *s3Secrets
+	cl       *clustersv1alpha1.Cluster
+	cs       kubernetes.Interface
+	made     backend.State
+	snap     backend.Snapshot
+}
+
+// startObjectStore makes a Cluster, snapshots it into the store (checked encrypted), writes
+// after the snapshot, and loses the state folder's snapshots: the store lists the snapshot.
+func startObjectStore(t *testing.T) *objectStoreFixture {
+	t.Helper()
 	srv, bucket := testenv.S3(t)
 	secrets := &s3Secrets{data: map[string]map[string][]byte{"s3": {
 		providersv1alpha1.ObjectStoreAccessKeyID:     []byte(srv.AccessKeyID),
@@ -105,53 +132,68 @@ func TestObjectStoreBackups(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, listed, 1)
 	assert.Equal(t, snap, listed[0])
+	return &objectStoreFixture{h: h, be: be, bk: bk, want: want, stateDir: stateDir, secrets: secrets,
+		cl: cl, cs: cs, made: made, snap: snap}
+}
 
-	t.Run("a wrong key is refused", func(t *testing.T) {
-		right := secrets.data["s3"][providersv1alpha1.ObjectStoreEncryptionKey]
-		secrets.set("s3", providersv1alpha1.ObjectStoreEncryptionKey, randomKey(t))
-		err := bk.Restore(t.Context(), cl, snap.Name)
-		secrets.set("s3", providersv1alpha1.ObjectStoreEncryptionKey, right)
-		require.Error(t, err)
-		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
-		assert.Contains(t, err.Error(), "does not decrypt with key encryptionKey of Secret s3")
-		assert.NoDirExists(t, filepath.Join(stateDir, backupsDir, string(cl.UID)), "nothing was fetched")
-	})
+// wrongKeyRefused: a restore with a wrong encryption key is refused and fetches nothing.
+func (fx *objectStoreFixture) wrongKeyRefused(t *testing.T) {
+	secrets, cl := fx.secrets, fx.cl
+	right := secrets.data["s3"][providersv1alpha1.ObjectStoreEncryptionKey]
+	secrets.set("s3", providersv1alpha1.ObjectStoreEncryptionKey, randomKey(t))
+	err := fx.bk.Restore(t.Context(), cl, fx.snap.Name)
+	secrets.set("s3", providersv1alpha1.ObjectStoreEncryptionKey, right)
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+	assert.Contains(t, err.Error(), "does not decrypt with key encryptionKey of Secret s3")
+	assert.NoDirExists(t, filepath.Join(fx.stateDir, backupsDir, string(cl.UID)), "nothing was fetched")
+}
 
-	require.NoError(t, bk.Restore(t.Context(), cl, snap.Name))
-	back := h.awaitOn(be, cl, want, "Ready on the snapshot's data", func(s backend.State) bool { return complete(s) && s.Restored != nil })
+// restoreInPlace: the restore in place from the store brings back the data and the Secrets.
+func (fx *objectStoreFixture) restoreInPlace(t *testing.T) {
+	t.Helper()
+	cs := fx.cs
+	require.NoError(t, fx.bk.Restore(t.Context(), fx.cl, fx.snap.Name))
+	back := fx.h.awaitOn(fx.be, fx.cl, fx.want, "Ready on the snapshot's data", func(s backend.State) bool { return complete(s) && s.Restored != nil })
 	require.Empty(t, back.Restored.Failed)
-	assert.Equal(t, made.Endpoint, back.Endpoint)
+	assert.Equal(t, fx.made.Endpoint, back.Endpoint)
 	assert.True(t, configMapExists(t, cs, "before"))
 	assert.False(t, configMapExists(t, cs, "after"), "written after the snapshot")
 	sec, err := cs.CoreV1().Secrets("kept").Get(t.Context(), "before", metav1.GetOptions{})
 	require.NoError(t, err, "the Secret reads: its encryption key came with the snapshot")
 	assert.Equal(t, "before", string(sec.Data["v"]))
+}
 
-	fromStore := func(t *testing.T, namespace string) (*clustersv1alpha1.Cluster, error) {
-		require.NoError(t, os.RemoveAll(filepath.Join(stateDir, backupsDir, string(cl.UID))))
-		c := newCluster("from-" + namespace)
-		c.Namespace = namespace
-		c.Annotations = map[string]string{backend.AnnotationRestoreFrom: snap.Ref()}
-		_, err := be.Ensure(t.Context(), c, want)
-		return c, err
-	}
-	t.Run("a Cluster of another namespace cannot be made from it", func(t *testing.T) {
-		foreign, err := fromStore(t, "team-b")
-		require.Error(t, err)
-		assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
-		assert.Contains(t, err.Error(), "there is no snapshot", "as if it did not exist")
-		assert.NoDirExists(t, h.b.Dir(foreign.UID))
-	})
-	t.Run("a Cluster of the same namespace is made from it", func(t *testing.T) {
-		c, err := fromStore(t, cl.Namespace)
-		require.NoError(t, err)
-		s := h.awaitOn(be, c, want, "Ready on the snapshot's data", complete)
-		ac, err := h.b.AdminConfig(t.Context(), c)
-		require.NoError(t, err)
-		ccs := kubernetes.NewForConfigOrDie(ac)
-		assert.True(t, configMapExists(t, ccs, "before"))
-		assert.NotEqual(t, made.Endpoint, s.Endpoint)
-	})
+// fromStore asks for a new Cluster of namespace restored from the snapshot, the state folder
+// holding none of it.
+func (fx *objectStoreFixture) fromStore(t *testing.T, namespace string) (*clustersv1alpha1.Cluster, error) {
+	require.NoError(t, os.RemoveAll(filepath.Join(fx.stateDir, backupsDir, string(fx.cl.UID))))
+	c := newCluster("from-" + namespace)
+	c.Namespace = namespace
+	c.Annotations = map[string]string{backend.AnnotationRestoreFrom: fx.snap.Ref()}
+	_, err := fx.be.Ensure(t.Context(), c, fx.want)
+	return c, err
+}
+
+// otherNamespaceRefused: a Cluster of another namespace cannot be made from the snapshot.
+func (fx *objectStoreFixture) otherNamespaceRefused(t *testing.T) {
+	foreign, err := fx.fromStore(t, "team-b")
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
+	assert.Contains(t, err.Error(), "there is no snapshot", "as if it did not exist")
+	assert.NoDirExists(t, fx.h.b.Dir(foreign.UID))
+}
+
+// sameNamespaceMade: a Cluster of the same namespace is made from the snapshot, with its data.
+func (fx *objectStoreFixture) sameNamespaceMade(t *testing.T) {
+	c, err := fx.fromStore(t, fx.cl.Namespace)
+	require.NoError(t, err)
+	s := fx.h.awaitOn(fx.be, c, fx.want, "Ready on the snapshot's data", complete)
+	ac, err := fx.h.b.AdminConfig(t.Context(), c)
+	require.NoError(t, err)
+	ccs := kubernetes.NewForConfigOrDie(ac)
+	assert.True(t, configMapExists(t, ccs, "before"))
+	assert.NotEqual(t, fx.made.Endpoint, s.Endpoint)
 }
 
 // writeKept writes a ConfigMap and a Secret named name into namespace kept (made first).
