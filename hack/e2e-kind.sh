@@ -213,6 +213,16 @@ E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$envi
 kc -n "$omns" delete deploy/cp-local --wait=true
 
 say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"
+# The encryption keys kept beside the snapshots in cluster-provider-backups are wrapped with the
+# key of the operator that took them (Secret cluster-provider-key-wrapping of its namespace; the
+# scenario's Clusters were snapshotted before their deletion). The operator moves from openMCP's
+# namespace to deploy/'s here, so its key goes with it, as an administrator moving the operator
+# carries it (docs/security.md); without it the new operator refuses those copies (StateDamaged).
+if kc -n "$omns" get secret cluster-provider-key-wrapping >/dev/null 2>&1 && ! kc -n "$ns" get secret cluster-provider-key-wrapping >/dev/null 2>&1; then
+  kc -n "$omns" get secret cluster-provider-key-wrapping -o yaml |
+    sed -e "s/^  namespace: $omns\$/  namespace: $ns/" -e '/^  resourceVersion:/d' -e '/^  uid:/d' -e '/^  creationTimestamp:/d' |
+    kc create -f -
+fi
 kc apply --server-side -k deploy/hosted
 kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
 kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
