@@ -147,8 +147,8 @@ func withObjectStore(job *batchv1.Job, kind jobKind, ns, clusterNS string, cfg *
 	vol := kind.secretVolume("store", ns)
 	vol.Secret.Items = items
 	vol.Secret.Optional = ptr.To(true) // keys.json and the CA bundle may be missing; the tool checks the credentials
-	for i := range pod.Volumes {       // the certificate's volume shows the certificate only
-		if sv := pod.Volumes[i].Secret; sv != nil && sv.SecretName == kind.name(ns) && pod.Volumes[i].Name != "store" {
+	for i := range pod.Volumes {       // the snapshot Job's certificate volume shows the certificate only
+		if sv := pod.Volumes[i].Secret; kind.component == ComponentSnapshot && sv != nil && sv.SecretName == kind.name(ns) && pod.Volumes[i].Name != "store" {
 			sv.Items = []corev1.KeyToPath{{Key: "tls.crt", Path: "tls.crt"}, {Key: "tls.key", Path: "tls.key"}, {Key: "ca.crt", Path: "ca.crt"}}
 		}
 	}

@@ -1,11 +1,11 @@
 package hosted
 
 import (
-	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"net"
 	"slices"
 	"strconv"

@@ -2,11 +2,11 @@ package hosted
 
 import (
 	"context"
-	"maps"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
