@@ -2,6 +2,7 @@ package hosted
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -30,6 +31,28 @@ func (v *Bound) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 // Restore is Backend.Restore, from the object store when the claim lacks the snapshot.
 func (v *Bound) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error {
 	return v.Backend.restore(ctx, cl, name, objectStoreOf(v.pc))
+}
+
+// storeKept are the encryption keys uploaded with snapshot snap to the store of s, for a restore
+// from the store whose keys are not kept beside the snapshots (keys-hcp-… lost with its host).
+func (b *Backend) storeKept(ctx context.Context, s *Spec, snap backend.Snapshot) (keptCopy, error) {
+	var k keptCopy
+	if s.ObjectStore == nil {
+		return k, nil
+	}
+	cat, err := b.catalog(ctx, s.ObjectStore)
+	if err != nil {
+		return k, err
+	}
+	data, err := cat.Keys(ctx, snap)
+	if err != nil || data == nil {
+		return k, err
+	}
+	if err := json.Unmarshal(data, &k.Kept); err != nil {
+		return k, fmt.Errorf("the encryption keys uploaded with snapshot %s do not read: %w", snap.Ref(), err)
+	}
+	k.found = true
+	return k, nil
 }
 
 // claimUsable reports whether the snapshots' claim of the control plane in namespace ns exists

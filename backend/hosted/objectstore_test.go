@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/encryption"
 	"github.com/openmcp-local/cluster-provider/backend/objectstore"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -57,8 +59,9 @@ func startWithStore(t *testing.T) *storeCase {
 	return &storeCase{h: h, srv: srv, bucket: bucket, store: store, creds: creds}
 }
 
-// uploaded is a snapshot of cl put into the store as a snapshot Job would, taken ago.
-func (c *storeCase) uploaded(t *testing.T, cl *clustersv1alpha1.Cluster, name string, ago time.Duration) backend.Snapshot {
+// uploaded is a snapshot of cl put into the store as a snapshot Job would, taken ago, with the
+// encryption keys keys (nil: none).
+func (c *storeCase) uploaded(t *testing.T, cl *clustersv1alpha1.Cluster, name string, ago time.Duration, keys []byte) backend.Snapshot {
 	cat, err := c.h.b.catalog(t.Context(), c.store)
 	require.NoError(t, err)
 	file := filepath.Join(t.TempDir(), "db")
@@ -67,7 +70,7 @@ func (c *storeCase) uploaded(t *testing.T, cl *clustersv1alpha1.Cluster, name st
 	sum := sha256.Sum256(content)
 	s := backend.Snapshot{Name: name, Cluster: cl.UID, Namespace: cl.Namespace, Taken: time.Now().Add(-ago).UTC().Truncate(time.Second),
 		Size: int64(len(content)), Version: "1.37.1", SHA256: hex.EncodeToString(sum[:])}
-	require.NoError(t, cat.Upload(t.Context(), s, file, nil))
+	require.NoError(t, cat.Upload(t.Context(), s, file, keys))
 	return s
 }
 
@@ -117,7 +120,7 @@ func TestSnapshotObjectStore(t *testing.T) {
 
 	// One snapshot in the store only (as a Job that uploaded it, its claim since lost), one on
 	// the claim (the Job harvested): Snapshots lists both.
-	inStore := c.uploaded(t, cl, "20261126T010000Z", time.Hour)
+	inStore := c.uploaded(t, cl, "20261126T010000Z", time.Hour, nil)
 	onClaim := backend.Snapshot{Name: "20261126T020000Z", Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Version: "1.37.1", SHA256: "ab"}
 	h.endJob(t, names.job, batchv1.JobComplete, snapshotResultOf(t, onClaim))
 	got, err := bound.Snapshot(ctx, cl, backend.KeepNewest(3))
@@ -148,9 +151,14 @@ func TestRestoreFromObjectStore(t *testing.T) {
 	h.etcdUp(t, cl)
 	ns := NamespaceFor(cl.UID)
 	bound := h.b.ForProfile(h.pc).(*Bound)
-	snap := c.uploaded(t, cl, "20261126T010000Z", time.Hour)
+	// The keys its Secrets were written with, uploaded with it; keys-hcp-… has none (lost).
+	old, err := encryption.New(time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	keys, err := json.Marshal(encryption.FromState(old))
+	require.NoError(t, err)
+	snap := c.uploaded(t, cl, "20261126T010000Z", time.Hour, keys)
 
-	_, err := h.b.CheckRestore(ctx, cl, snap.Name)
+	_, err = h.b.CheckRestore(ctx, cl, snap.Name)
 	require.Error(t, err, "without the store, the claim's list lacks it")
 	assert.True(t, backend.IsReason(err, backend.ReasonRestoreRefused), "%v", err)
 	got, err := bound.CheckRestore(ctx, cl, snap.Name)
@@ -176,6 +184,10 @@ func TestRestoreFromObjectStore(t *testing.T) {
 	assert.Equal(t, []byte(srv.SecretAccessKey), sec.Data[providersv1alpha1.ObjectStoreSecretAccessKey])
 	np := get(t, &networkingv1.NetworkPolicy{}, BackupNamespace, storePolicyName(ns))
 	assert.True(t, selects(t, &np.Spec.PodSelector, job.Spec.Template.Labels), "the serve reaches the store")
+	st, found, err := readKeys(ctx, env.Client, ns, SecretEncryption)
+	require.NoError(t, err)
+	require.True(t, found)
+	assert.True(t, slices.ContainsFunc(st.Keys, func(k encryption.Key) bool { return k.Name == old.Keys[0].Name }), "the API servers read the restored Secrets with the keys fetched from the store")
 
 	// Listed on the claim but no claim (lost and deleted): from the store; the claim there: from it.
 	hst, err := h.b.hostFor(ctx, nil)
