@@ -111,6 +111,10 @@ func (b *Backend) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	}
 	var res snapshotResult
 	err = t.result(ctx, run, &res)
+	var storeErr error
+	if err != nil && res.Snapshot != nil && res.Snapshot.Cluster == cl.UID {
+		storeErr, err = err, nil // taken and kept on the claim; the object store failed
+	}
 	if err == nil && (res.Snapshot == nil || res.Snapshot.Cluster != cl.UID) {
 		err = errors.New("it ended without a snapshot")
 	}
@@ -128,6 +132,10 @@ func (b *Backend) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	}
 	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size, "member", res.Member,
 		"uploaded", res.Uploaded, "removedFromStore", res.RemovedFromStore)
+	if storeErr != nil {
+		return *res.Snapshot, errors.Join(backend.Errorf(backend.ReasonBackupUnavailable,
+			"snapshot %s was taken and is kept on the claim, but the object store failed: %v", res.Snapshot.Name, storeErr), t.drop(ctx, nil))
+	}
 	return *res.Snapshot, t.drop(ctx, nil)
 }
 

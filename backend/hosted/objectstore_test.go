@@ -136,6 +136,24 @@ func TestSnapshotObjectStore(t *testing.T) {
 	plain, err := h.b.Snapshots(ctx, cl)
 	require.NoError(t, err)
 	assert.Len(t, plain, 1, "without the store, the claim's only")
+
+	// A Job that took its snapshot and then failed to upload it: listed (it is on the claim), and
+	// BackedUp says the store failed.
+	forceGone(t, names.job)
+	_, err = bound.Snapshot(ctx, cl, backend.KeepNewest(3))
+	require.True(t, backend.IsReason(err, ReasonSnapshotInProgress), "%v", err)
+	third := backend.Snapshot{Name: "20261126T030000Z", Cluster: cl.UID, Taken: time.Now().UTC().Truncate(time.Second), Size: 4096, Version: "1.37.1", SHA256: "cd"}
+	res, err := json.Marshal(snapshotResult{Snapshot: &third, Error: "snapshot 20261126T030000Z was taken and kept on the claim, but not uploaded to the object store: the store refused the credentials"})
+	require.NoError(t, err)
+	h.endJob(t, names.job, batchv1.JobFailed, string(res))
+	got, err = bound.Snapshot(ctx, cl, backend.KeepNewest(3))
+	require.Error(t, err)
+	assert.True(t, backend.IsReason(err, backend.ReasonBackupUnavailable), "%v", err)
+	assert.Contains(t, err.Error(), "refused the credentials")
+	assert.Equal(t, third.Name, got.Name)
+	plain, err = h.b.Snapshots(ctx, cl)
+	require.NoError(t, err)
+	assert.Equal(t, third.Name, plain[0].Name, "on the claim, so listed")
 }
 
 // TestRestoreFromObjectStore: a snapshot only in the store (the claim lost with its node) is
