@@ -230,3 +230,25 @@ func portOf(t *testing.T, hostport string) int {
 	require.NoError(t, err)
 	return n
 }
+
+// TestStorePort: the store's NetworkPolicy opens the endpoint's port, else the scheme's.
+func TestStorePort(t *testing.T) {
+	for _, tc := range []struct {
+		endpoint string
+		insecure bool
+		want     int32
+	}{
+		{"s3.eu-central-1.amazonaws.com", false, 443},
+		{"minio.example.com:9000", false, 9000},
+		{"https://minio.example.com:9443", false, 9443},
+		{"https://minio.example.com", false, 443},
+		{"http://127.0.0.1:8333", true, 8333},
+		{"http://seaweed.example.com", true, 80},
+		{"10.0.0.5:7480", false, 7480},
+		{"[2001:db8::1]:9000", false, 9000},
+	} {
+		t.Run(tc.endpoint, func(t *testing.T) {
+			assert.Equal(t, tc.want, storePort(&providersv1alpha1.BackupObjectStore{Endpoint: tc.endpoint, Insecure: tc.insecure}))
+		})
+	}
+}
