@@ -104,7 +104,7 @@ func (b *Backend) catalog(ctx context.Context, cfg *providersv1alpha1.BackupObje
 	if err != nil {
 		return nil, backend.Errorf(backend.ReasonBackupUnavailable, "spec.backup.objectStore: %v", err)
 	}
-	return &objectstore.Catalog{Store: st, Key: key}, nil
+	return &objectstore.Catalog{Store: st, Key: key, Records: &b.storeRecords}, nil
 }
 
 // storeJobData is what the snapshot Job of t's control plane needs of the store, put into its own
