@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 )
@@ -85,6 +86,12 @@ var snapshotJobs = jobKind{what: "snapshot", component: ComponentSnapshot, name:
 // does, Snapshot returns an error of reason ReasonSnapshotInProgress (call again: the Job's end
 // notifies the Cluster); once it ended, the snapshot it took, or why it failed.
 func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, retention backend.Retention) (backend.Snapshot, error) {
+	return b.snapshot(ctx, cl, retention, nil)
+}
+
+// snapshot is Snapshot, the snapshot uploaded to the object store cfg as well (nil: none;
+// objectstore.go).
+func (b *Backend) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, retention backend.Retention, cfg *providersv1alpha1.BackupObjectStore) (backend.Snapshot, error) {
 	h, s, version, err := b.backupTarget(ctx, cl)
 	if err != nil {
 		return backend.Snapshot{}, err
@@ -95,7 +102,7 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	case err != nil:
 		return backend.Snapshot{}, err
 	case run.job == nil:
-		if err := b.startSnapshot(ctx, t, version, retention); err != nil {
+		if err := b.startSnapshot(ctx, t, version, retention, cfg); err != nil {
 			return backend.Snapshot{}, err
 		}
 		return backend.Snapshot{}, inProgress(t, "started")
@@ -104,6 +111,10 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	}
 	var res snapshotResult
 	err = t.result(ctx, run, &res)
+	var storeErr error
+	if err != nil && res.Snapshot != nil && res.Snapshot.Cluster == cl.UID {
+		storeErr, err = err, nil // taken and kept on the claim; the object store failed
+	}
 	if err == nil && (res.Snapshot == nil || res.Snapshot.Cluster != cl.UID) {
 		err = errors.New("it ended without a snapshot")
 	}
@@ -119,7 +130,12 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 		// The Job stays: harvested again. Until then the snapshot counts as needing every key.
 		return backend.Snapshot{}, fmt.Errorf("recording the encryption keys snapshot %s needs: %w", res.Snapshot.Name, err)
 	}
-	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size, "member", res.Member)
+	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size, "member", res.Member,
+		"uploaded", res.Uploaded, "removedFromStore", res.RemovedFromStore)
+	if storeErr != nil {
+		return *res.Snapshot, errors.Join(backend.Errorf(backend.ReasonBackupUnavailable,
+			"snapshot %s was taken and is kept on the claim, but the object store failed: %v", res.Snapshot.Name, storeErr), t.drop(ctx, nil))
+	}
 	return *res.Snapshot, t.drop(ctx, nil)
 }
 
@@ -155,9 +171,16 @@ func (b *Backend) backupTarget(ctx context.Context, cl *clustersv1alpha1.Cluster
 // startSnapshot prepares BackupNamespace, keeps the encryption keys beside the snapshots, makes
 // the snapshots' claim and starts the snapshot Job of t, which carries what its start saw of the
 // keys.
-func (b *Backend) startSnapshot(ctx context.Context, t task, version string, retention backend.Retention) error {
+// With the object store cfg, the Job uploads the snapshot (objectstore.go).
+func (b *Backend) startSnapshot(ctx context.Context, t task, version string, retention backend.Retention, cfg *providersv1alpha1.BackupObjectStore) error {
 	bs := t.s.backupSpec()
-	if err := t.prepare(ctx); err != nil {
+	var also []client.Object
+	if cfg != nil {
+		also = append(also, bs.StoreNetworkPolicy(t.s.Namespace, cfg))
+	} else if err := dropStorePolicy(ctx, t.h, t.s.Namespace); err != nil {
+		return err
+	}
+	if err := t.prepare(ctx, also...); err != nil {
 		return err
 	}
 	mark, err := b.keepKeys(ctx, t.h, t.s)
@@ -173,7 +196,14 @@ func (b *Backend) startSnapshot(ctx context.Context, t task, version string, ret
 	}
 	job := bs.SnapshotJob(t.s, version, retention)
 	job.Annotations[AnnotationSnapshotKeys] = string(seen)
-	return t.launch(ctx, job, nil)
+	var data map[string][]byte
+	if cfg != nil {
+		if data, err = b.storeJobData(ctx, t, cfg); err != nil {
+			return err
+		}
+		withObjectStore(job, snapshotJobs, t.s.Namespace, t.s.Cluster.Namespace, cfg)
+	}
+	return t.launch(ctx, job, data)
 }
 
 // snapshotResult is what cmd/etcd-snapshot writes as its termination message.
@@ -183,6 +213,10 @@ type snapshotResult struct {
 	// RemovedForSpace are those of Removed taken out before the save, beyond the policy, for room.
 	RemovedForSpace []string `json:"removedForSpace,omitempty"`
 	Error           string   `json:"error,omitempty"`
+	// Uploaded: the snapshot went to the object store too; RemovedFromStore are those the
+	// retention removed from it.
+	Uploaded         bool     `json:"uploaded,omitempty"`
+	RemovedFromStore []string `json:"removedFromStore,omitempty"`
 	// Member is the etcd member the snapshot was taken from: one in the quorum.
 	Member string `json:"member,omitempty"`
 }

@@ -120,6 +120,9 @@ func (b *Backend) encryptionKeys(ctx context.Context, h *host, cl *clustersv1alp
 		// The restored Secrets are written with the keys of the snapshot's cluster (or in plain text).
 		from := ps.Restore.Snapshot.Cluster
 		kept, err := b.readKept(ctx, h, NamespaceFor(from), from)
+		if err == nil && !kept.found && ps.Restore.FromStore {
+			kept, err = b.storeKept(ctx, s, ps.Restore.Snapshot) // none beside the snapshots: the store's
+		}
 		if err != nil {
 			return st, err
 		}

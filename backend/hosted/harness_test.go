@@ -31,7 +31,11 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m, &env)) }
+func TestMain(m *testing.M) {
+	code := testenv.Main(m, &env)
+	testenv.StopS3() // started by the first test that needs it (objectstore_test.go)
+	os.Exit(code)
+}
 
 const (
 	image1 = "cluster-provider/controlplane:v1.37.1"

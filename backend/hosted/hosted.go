@@ -21,6 +21,7 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/controlplane"
 	"github.com/openmcp-local/cluster-provider/backend/encryption"
+	"github.com/openmcp-local/cluster-provider/backend/objectstore"
 )
 
 // Name is the ProviderConfig spec.backend value of this backend.
@@ -99,6 +100,9 @@ type Backend struct {
 	admin map[types.UID]*rest.Config
 	// where is the seed each control plane was found on (nil: the platform).
 	where map[types.UID]*providersv1alpha1.SeedRef
+	// storeRecords caches the snapshot records read from object stores (a record never
+	// changes): Snapshots lists the store at every reconcile, and reads only the new ones.
+	storeRecords objectstore.Records
 	// rolling are the control planes that hold a turn to roll (takeTurn).
 	rolling map[types.UID]bool
 	// places serializes, per namespace and profile, the decisions of spec.hosted.maxClusters and

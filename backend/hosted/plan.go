@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"net"
 	"slices"
 	"strconv"
@@ -104,6 +105,9 @@ const (
 
 // Spec is everything a control plane's objects are made from.
 type Spec struct {
+	// ObjectStore is the ProviderConfig's object store of snapshots (nil: none): a restore whose
+	// snapshot the claim lacks serves it from there (objectstore.go).
+	ObjectStore *providersv1alpha1.BackupObjectStore
 	// Namespace is the control plane's namespace in the host cluster.
 	Namespace string
 	// Cluster is the Cluster resource it serves.

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/snapshots"
@@ -71,6 +73,9 @@ type restoreRun struct {
 	Started         time.Time `json:"started"`
 	// EtcdStarted is when etcd's pods were replaced (step etcd): how long its members take.
 	EtcdStarted time.Time `json:"etcdStarted,omitzero"`
+	// FromStore: the serve fetches the snapshot from the object store (objectstore.go), the
+	// claim lacking it (a claim lost with its node).
+	FromStore bool `json:"fromStore,omitempty"`
 }
 
 // restoreTimeout bounds a restore's serve: one not ready by then fails the restore, before
@@ -82,40 +87,69 @@ const restoreTimeout = 15 * time.Minute
 // version its control plane runs. The file itself is checked by the serve (step 1), before
 // anything changes.
 func (b *Backend) CheckRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) (backend.Snapshot, error) {
+	snap, _, err := b.checkRestore(ctx, cl, name, nil)
+	return snap, err
+}
+
+// checkRestore is CheckRestore, the snapshots of the object store cfg (nil: none) listed too; it
+// says whether the snapshot is to be fetched from the store.
+func (b *Backend) checkRestore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string, cfg *providersv1alpha1.BackupObjectStore) (backend.Snapshot, bool, error) {
 	h, ps, found, err := b.locate(ctx, cl, nil)
 	switch {
 	case err != nil:
-		return backend.Snapshot{}, err
+		return backend.Snapshot{}, false, err
 	case h == nil || !found || ps.Version == "":
-		return backend.Snapshot{}, backend.Errorf(backend.ReasonBackupUnavailable, "the control plane of %s is not made yet", backend.RefOf(cl))
+		return backend.Snapshot{}, false, backend.Errorf(backend.ReasonBackupUnavailable, "the control plane of %s is not made yet", backend.RefOf(cl))
 	case ps.Restore != nil:
-		return backend.Snapshot{}, snapshots.Refuse("a restore of snapshot %s runs (step %s): wait until it ends", ps.Restore.Snapshot.Ref(), ps.Restore.Phase)
+		return backend.Snapshot{}, false, snapshots.Refuse("a restore of snapshot %s runs (step %s): wait until it ends", ps.Restore.Snapshot.Ref(), ps.Restore.Phase)
 	case ps.StorageClassName == "":
-		return backend.Snapshot{}, snapshots.Refuse("this control plane's etcd keeps its data on an emptyDir: it has no snapshots to restore")
+		return backend.Snapshot{}, false, snapshots.Refuse("this control plane's etcd keeps its data on an emptyDir: it has no snapshots to restore")
 	}
-	snap, err := findSnapshot(ctx, h, cl.UID, name, cl)
+	snap, fromStore, err := b.findSnapshot(ctx, h, cl.UID, name, cl, cfg)
 	if err != nil {
-		return snap, err
+		return snap, false, err
 	}
-	return snap, snapshots.VersionFits(snap, ps.Version)
+	return snap, fromStore, snapshots.VersionFits(snap, ps.Version)
 }
 
-// findSnapshot finds snapshot name of the Cluster with uid in its list.
-func findSnapshot(ctx context.Context, h *host, uid types.UID, name string, cl *clustersv1alpha1.Cluster) (backend.Snapshot, error) {
+// findSnapshot finds snapshot name of the Cluster with uid in its list, and with the object store
+// cfg (nil: none) in the store's too: from the store (true) when the claim's list lacks it or the
+// claim is gone (lost with its node and deleted: docs/backups.md).
+func (b *Backend) findSnapshot(ctx context.Context, h *host, uid types.UID, name string, cl *clustersv1alpha1.Cluster, cfg *providersv1alpha1.BackupObjectStore) (backend.Snapshot, bool, error) {
 	if !backend.ValidSnapshotName(name) {
-		return backend.Snapshot{}, snapshots.Refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
+		return backend.Snapshot{}, false, snapshots.Refuse("%q is not a snapshot name (like 20261125T213000Z); the names are in status.providerStatus.backups", name)
 	}
 	all, err := readCatalog(ctx, h, NamespaceFor(uid))
 	if err != nil {
-		return backend.Snapshot{}, err
+		return backend.Snapshot{}, false, err
 	}
-	return snapshots.Find(all, uid, name, cl.Namespace, cl.UID)
+	snap, err := snapshots.Find(all, uid, name, cl.Namespace, cl.UID)
+	if cfg == nil {
+		return snap, false, err
+	}
+	claimed, cerr := claimUsable(ctx, h, NamespaceFor(uid))
+	if cerr != nil {
+		return snap, false, cerr
+	}
+	if err == nil && claimed {
+		return snap, false, nil
+	}
+	fromStore, serr := b.inStore(ctx, cfg, uid, name, cl)
+	if serr != nil {
+		return snap, false, serr
+	}
+	return fromStore, true, nil
 }
 
 // Restore checks snapshot name as CheckRestore does and records the restore; the next Ensure
 // carries it out.
 func (b *Backend) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string) error {
-	snap, err := b.CheckRestore(ctx, cl, name)
+	return b.restore(ctx, cl, name, nil)
+}
+
+// restore is Restore, from the object store cfg (nil: none) when the claim lacks the snapshot.
+func (b *Backend) restore(ctx context.Context, cl *clustersv1alpha1.Cluster, name string, cfg *providersv1alpha1.BackupObjectStore) error {
+	snap, fromStore, err := b.checkRestore(ctx, cl, name, cfg)
 	if err != nil {
 		return err
 	}
@@ -128,15 +162,16 @@ func (b *Backend) Restore(ctx context.Context, cl *clustersv1alpha1.Cluster, nam
 	if prev == "" {
 		prev = "data"
 	}
-	ps.Restore = &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), PreviousDataDir: prev, Phase: restoreServe, Started: now}
-	b.opts.Logger.Info("Restoring a hosted control plane from a snapshot", "cluster", backend.RefOf(cl).String(), "snapshot", snap.Ref())
+	ps.Restore = &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), PreviousDataDir: prev, Phase: restoreServe, Started: now, FromStore: fromStore}
+	b.opts.Logger.Info("Restoring a hosted control plane from a snapshot", "cluster", backend.RefOf(cl).String(), "snapshot", snap.Ref(), "fromObjectStore", fromStore)
 	return writeRecord(ctx, h, &Spec{Namespace: NamespaceFor(cl.UID), Cluster: ClusterRef{Namespace: cl.Namespace, Name: cl.Name, Profile: cl.Spec.Profile, UID: cl.UID}}, ps)
 }
 
 // restoreFrom starts the record of a new control plane made from the snapshot its Cluster's
 // backend.AnnotationRestoreFrom names; a reference that does not check is refused before
 // anything is made.
-func restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps *providerStatus) error {
+// With the object store cfg (nil: none), the snapshot may be one of the store's.
+func (b *Backend) restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps *providerStatus, cfg *providersv1alpha1.BackupObjectStore) error {
 	ref, ok := cl.Annotations[backend.AnnotationRestoreFrom]
 	if !ok {
 		return nil
@@ -148,12 +183,12 @@ func restoreFrom(ctx context.Context, h *host, cl *clustersv1alpha1.Cluster, ps 
 	if ps.StorageClassName == "" {
 		return snapshots.Refuse("the ProviderConfig has no spec.hosted.storageClassName: a control plane made from a snapshot keeps its etcd on a claim")
 	}
-	snap, err := findSnapshot(ctx, h, uid, name, cl)
+	snap, fromStore, err := b.findSnapshot(ctx, h, uid, name, cl, cfg)
 	if err != nil {
 		return err
 	}
 	now := time.Now().UTC().Truncate(time.Second)
-	run := &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), Phase: restoreServe, Started: now}
+	run := &restoreRun{Snapshot: snap, DataDir: "restored-" + now.Format(snapshots.NameLayout), Phase: restoreServe, Started: now, FromStore: fromStore}
 	ps.Restore, ps.EtcdDataDir, ps.RestoredMark = run, run.DataDir, run.DataDir
 	ps.EtcdRestoredFrom = &RestoreSource{URL: serveURL(NamespaceFor(cl.UID)), SHA256: snap.SHA256}
 	return nil
@@ -276,7 +311,24 @@ func (b *Backend) ensureServe(ctx context.Context, h *host, s *Spec, run *restor
 	}
 	bs := s.backupSpec()
 	job := bs.ServeJob(s.Namespace, run.Snapshot, int(s.replicas(ComponentEtcd)))
-	if err := t.start(ctx, job, map[string][]byte{"token": tok}, bs.ServeService()); err != nil {
+	data := map[string][]byte{"token": tok}
+	also := []client.Object{bs.ServeService()}
+	if run.FromStore {
+		if s.ObjectStore == nil {
+			return serve, snapshots.Refuse("snapshot %s is to be fetched from the object store, and the ProviderConfig has no spec.backup.objectStore any more: set it back", run.Snapshot.Ref())
+		}
+		creds, err := b.storeCredentials(ctx, s.ObjectStore)
+		if err != nil {
+			return serve, err
+		}
+		maps.Copy(data, creds)
+		if s.ObjectStore.CABundle != "" {
+			data[storeCAFile] = []byte(s.ObjectStore.CABundle)
+		}
+		serveFromStore(job, s.Namespace, s.Cluster.Namespace, s.ObjectStore)
+		also = append(also, bs.StoreNetworkPolicy(s.Namespace, s.ObjectStore))
+	}
+	if err := t.start(ctx, job, data, also...); err != nil {
 		return serve, err
 	}
 	return t.status(job), nil

@@ -61,7 +61,7 @@ func (sc *scope) locate(ctx context.Context) (starting bool, err error) {
 			ps.Seed, ps.SeedKey = settings.Seed.SecretName, settings.Seed.Key
 		}
 		if !found {
-			if err := restoreFrom(ctx, h, cl, &ps); err != nil {
+			if err := b.restoreFrom(ctx, h, cl, &ps, objectStoreOf(sc.pc)); err != nil {
 				return false, err // refused: nothing made
 			}
 		}

@@ -92,6 +92,7 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		StorageClassName: ps.StorageClassName,
 		HighAvailability: ps.HighAvailability,
 		Exposure:         settings.Exposure,
+		ObjectStore:      objectStoreOf(pc),
 		APIServer:        DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
 	}
 	if s.HighAvailability {

@@ -196,6 +196,15 @@ func (c Catalog) Download(ctx context.Context, s backend.Snapshot, file string) 
 }
 
 // openAll reads and decrypts a small object of s.
+// Keys are the encryption keys uploaded with snapshot s, decrypted; nil when none were.
+func (c Catalog) Keys(ctx context.Context, s backend.Snapshot) ([]byte, error) {
+	keys, err := c.openAll(ctx, s, keyOf(s, KeysSuffix))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return keys, err
+}
+
 func (c Catalog) openAll(ctx context.Context, s backend.Snapshot, key string) ([]byte, error) {
 	r, err := c.Store.Get(ctx, key)
 	if err != nil {

@@ -65,6 +65,12 @@ type Result struct {
 	// RemovedForSpace are those of Removed that the retention keeps, removed before the save
 	// because the claim was full.
 	RemovedForSpace []string `json:"removedForSpace,omitempty"`
+	// Uploaded: save uploaded the snapshot to the object store (--store-endpoint).
+	Uploaded bool `json:"uploaded,omitempty"`
+	// RemovedFromStore are the snapshots save removed from the object store (the retention).
+	RemovedFromStore []string `json:"removedFromStore,omitempty"`
+	// FromStore: serve fetched the snapshot from the object store, the folder lacking it.
+	FromStore bool `json:"fromStore,omitempty"`
 	// Error says why it failed.
 	Error string `json:"error,omitempty"`
 	// Refused: the snapshot cannot be restored (serve).
@@ -141,9 +147,16 @@ func save(ctx context.Context, args []string) error {
 	cacert := fs.String("cacert", "", "etcd's CA (with --member)")
 	cert := fs.String("cert", "", "a client certificate of etcd's CA (with --member)")
 	key := fs.String("key", "", "its key")
+	keysFile := fs.String("keys-file", "", "the encryption keys the snapshot needs (encryption.Kept, JSON), uploaded with it; missing: none")
+	var sf storeFlags
+	sf.register(fs)
 	_ = fs.Parse(args)
 	if *cluster == "" {
 		return writeResult(*result, Result{}, errors.New("--cluster is required"))
+	}
+	cat, err := sf.catalog()
+	if err != nil {
+		return writeResult(*result, Result{}, err)
 	}
 	conn, member, err := snapshotSource(ctx, ms, *cacert, *cert, *key, fs.Args())
 	if err != nil {
@@ -159,7 +172,12 @@ func save(ctx context.Context, args []string) error {
 		return writeResult(*result, res, err)
 	}
 	res.Snapshot = &saved.Snapshot
-	return writeResult(*result, res, nil)
+	if cat != nil {
+		up := saved.Snapshot
+		up.Namespace = sf.namespace
+		res.Uploaded, res.RemovedFromStore, err = upload(ctx, cat, up, s.File(up.Cluster, up.Name), *keysFile, r)
+	}
+	return writeResult(*result, res, err)
 }
 
 func serve(ctx context.Context, args []string) error {
@@ -174,8 +192,18 @@ func serve(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 30*time.Minute, "how long to wait for the clients")
 	count := fs.Int("count", 1, "how many clients fetch it (the members of an etcd) before it ends")
 	result := fs.String("result", "/dev/termination-log", "where to write the result")
+	var sf storeFlags
+	sf.register(fs)
 	_ = fs.Parse(args)
 	s := store(*dir)
+	cat, err := sf.catalog()
+	if err != nil {
+		return writeResult(*result, Result{}, err)
+	}
+	had := exists(s.File(types.UID(*cluster), *name))
+	if err := fetchFromStore(ctx, cat, s, sf.namespace, types.UID(*cluster), *name); err != nil {
+		return writeResult(*result, Result{Refused: backend.IsReason(err, backend.ReasonRestoreRefused)}, err)
+	}
 	snap, err := s.Check(ctx, types.UID(*cluster), *name)
 	if err != nil {
 		return writeResult(*result, Result{Refused: backend.IsReason(err, backend.ReasonRestoreRefused)}, err)
@@ -231,7 +259,7 @@ func serve(ctx context.Context, args []string) error {
 	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shut)
-	return writeResult(*result, Result{Snapshot: &snap}, err)
+	return writeResult(*result, Result{Snapshot: &snap, FromStore: !had && exists(s.File(snap.Cluster, snap.Name))}, err)
 }
 
 func restore(ctx context.Context, args []string) error {

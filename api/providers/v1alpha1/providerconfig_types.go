@@ -119,8 +119,9 @@ type BackupPolicy struct {
 	SnapshotBeforeDelete *bool `json:"snapshotBeforeDelete,omitempty"`
 
 	// ObjectStore keeps the snapshots in an S3-compatible object store as well, encrypted, for
-	// the local backend: the store's list is the catalog, and a Cluster whose state is lost is
-	// restored from it (BackupObjectStore).
+	// the local and the hosted backends: the store's list is the catalog, and a Cluster whose
+	// state (local) or snapshot claim (hosted: a lost node) is lost is restored from it
+	// (BackupObjectStore).
 	// +optional
 	ObjectStore *BackupObjectStore `json:"objectStore,omitempty"`
 }
