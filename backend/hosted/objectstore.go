@@ -219,7 +219,12 @@ func storePolicyName(ns string) string { return "object-store-" + ns }
 
 // dropStorePolicy removes the store's NetworkPolicy of the control plane in namespace ns (its
 // ProviderConfig has no store, or its Cluster is gone).
+// The host's cache says whether there is one: no request when there is none (the usual case).
 func dropStorePolicy(ctx context.Context, h *host, ns string) error {
+	np := &networkingv1.NetworkPolicy{}
+	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: BackupNamespace, Name: storePolicyName(ns)}, np); apierrors.IsNotFound(err) {
+		return nil
+	}
 	err := h.client.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: BackupNamespace, Name: storePolicyName(ns)}})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting NetworkPolicy %s/%s: %w", BackupNamespace, storePolicyName(ns), err)
