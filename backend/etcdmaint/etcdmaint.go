@@ -347,6 +347,14 @@ func (r *Report) largestInUse() int64 {
 	return n
 }
 
+// DownClause is what a report's message says of the members that did not answer ("" for none).
+func DownClause(down []string) string {
+	if len(down) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; member %s does not answer", strings.Join(down, ", "))
+}
+
 // healthy is the message of an etcd that takes writes.
 func (r *Report) healthy() string {
 	msg := fmt.Sprintf("etcd takes writes: its database is %s of its %s quota", mib(r.Largest()), mib(r.Quota))
@@ -356,9 +364,7 @@ func (r *Report) healthy() string {
 			down = append(down, m.Name)
 		}
 	}
-	if len(down) > 0 {
-		msg += fmt.Sprintf("; member %s does not answer", strings.Join(down, ", "))
-	}
+	msg += DownClause(down)
 	if len(r.Defragmented) > 0 {
 		msg += fmt.Sprintf("; defragmented %s", strings.Join(r.Defragmented, ", "))
 	}

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/etcdmaint"
 )
 
 // EtcdHealthy (backend.PartEtcd) follows the quorum at every Ensure: each member's state is read
@@ -170,6 +171,8 @@ func etcdPart(members []memberState, e *etcdHealth) *backend.Part {
 	case !q.Ready || last == nil:
 		return q
 	}
-	q.Message += "; " + last.Message
+	// Every member is ready now: what the report said of members that did not answer then is
+	// past (they came back since), and would contradict the condition.
+	q.Message += "; " + strings.Replace(last.Message, etcdmaint.DownClause(e.Down), "", 1)
 	return q
 }

@@ -66,6 +66,7 @@ func TestQuorumPart(t *testing.T) {
 		wantReady  bool
 		wantReason string
 		wantMsg    []string
+		notMsg     string
 	}{
 		{name: "all ready", pods: []*corev1.Pod{pod(readyStatus()), pod(readyStatus()), pod(readyStatus())}, e: checked,
 			wantReady: true, wantReason: backend.ReasonRunning, wantMsg: []string{"all 3 etcd members are ready", "etcd takes writes: its database is 3.0 MiB"}},
@@ -85,6 +86,9 @@ func TestQuorumPart(t *testing.T) {
 			wantReason: backend.ReasonEtcdQuorumLost, wantMsg: []string{"1 of 1 etcd members not ready: etcd-0", "quorum lost (0 ready, 1 needed)"}},
 		{name: "full: the report's reason first", pods: []*corev1.Pod{pod(noLeaderStatus()), pod(noLeaderStatus()), pod(noLeaderStatus())}, e: full,
 			wantReason: backend.ReasonEtcdNoSpace, wantMsg: []string{"reached its quota"}},
+		{name: "all ready since a report in which some did not answer: that is not repeated", pods: []*corev1.Pod{pod(readyStatus()), pod(readyStatus()), pod(readyStatus())},
+			e:         &etcdHealth{Checked: time.Now(), Down: []string{"etcd-1", "etcd-2"}, Message: "etcd takes writes: its database is 0.3 MiB of its 768.0 MiB quota; member etcd-1, etcd-2 does not answer."},
+			wantReady: true, wantReason: backend.ReasonRunning, wantMsg: []string{"all 3 etcd members are ready", "its database is 0.3 MiB of its 768.0 MiB quota."}, notMsg: "does not answer"},
 		{name: "members not read (a restore): the report alone", e: checked, wantReady: true, wantReason: backend.ReasonRunning, wantMsg: []string{"etcd takes writes"}},
 		{name: "never served: none", pods: []*corev1.Pod{pod(noLeaderStatus())}, wantNil: true},
 	} {
@@ -103,6 +107,9 @@ func TestQuorumPart(t *testing.T) {
 			assert.Equal(t, tc.wantReason, part.Reason)
 			for _, w := range tc.wantMsg {
 				assert.Contains(t, part.Message, w)
+			}
+			if tc.notMsg != "" {
+				assert.NotContains(t, part.Message, tc.notMsg)
 			}
 		})
 	}
