@@ -89,7 +89,7 @@ func TestHostedUpgradeOnKind(t *testing.T) {
 	require.EventuallyWithT(t, runs(cur), 10*time.Minute, poll, "Ready at %s", cur)
 	took := time.Since(start)
 	broken, looks, held := order.end()
-	assert.Empty(t, broken, "the order of the upgrade: etcd, the API servers, then the controller manager; the version moves once every pod runs the new image")
+	assert.Empty(t, broken, "the order of the upgrade: etcd, the API servers, then the controller manager; the upgrade is done (VersionUpToDate True) once every pod runs the new image")
 	assert.Positive(t, held, "an API server on the new image beside a controller manager of the old one was seen (%d looks)", looks)
 	t.Logf("upgrade order: %d looks at the pods, %d with the controller manager held behind new API servers", looks, held)
 	during := summarize(polled.stop())

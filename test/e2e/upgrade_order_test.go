@@ -7,16 +7,19 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
+	"github.com/openmcp-local/cluster-provider/controllers/cluster"
 )
 
 // orderWatch observes a hosted control plane's pods and its Cluster while it upgrades from image
 // prev to image cur (TestHostedUpgradeOnKind), every orderEvery, and keeps what breaks the order
 // of an upgrade: a controller manager on the new image while an etcd or API server pod (even one
-// that stops) runs the old one; the Cluster's version moved while a pod runs the old image.
+// that stops) runs the old one; the upgrade declared done (VersionUpToDate True at the new
+// version) while a pod runs the old image.
 type orderWatch struct {
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -54,14 +57,19 @@ func watchUpgradeOrder(c client.Client, cl *clustersv1alpha1.Cluster, prev, cur,
 			cerr := c.Get(ctx, key, seen)
 			cancel()
 			if perr == nil && cerr == nil {
-				w.look(pods.Items, seen.Labels[clustersv1alpha1.K8sVersionLabel] == curVersion, prev, cur)
+				// Done: VersionUpToDate True at the new version. The version label alone says what
+				// the API server answers, which is the new version once one new API server serves.
+				done := seen.Labels[clustersv1alpha1.K8sVersionLabel] == curVersion &&
+					meta.IsStatusConditionTrue(seen.Status.Conditions, cluster.ConditionVersionUpToDate)
+				w.look(pods.Items, done, prev, cur)
 			}
 		}
 	}()
 	return w
 }
 
-// look checks one observation of the pods; moved: the Cluster says it runs the new version.
+// look checks one observation of the pods; moved: the Cluster says the upgrade is done
+// (VersionUpToDate True at the new version).
 func (w *orderWatch) look(pods []corev1.Pod, moved bool, prev, cur string) {
 	var oldCore, newKCM, oldAny, newAPI, oldKCM []string
 	for _, p := range pods {
@@ -98,7 +106,7 @@ func (w *orderWatch) look(pods []corev1.Pod, moved bool, prev, cur string) {
 		w.note(fmt.Sprintf("controller manager on %s in %v while %v run etcd or kube-apiserver %s", cur, newKCM, oldCore, prev))
 	}
 	if moved && len(oldAny) > 0 {
-		w.note(fmt.Sprintf("the Cluster says it runs the new version while %v run %s", oldAny, prev))
+		w.note(fmt.Sprintf("the Cluster says the upgrade is done while %v run %s", oldAny, prev))
 	}
 }
 
