@@ -53,8 +53,10 @@ func watchUpgradeOrder(c client.Client, cl *clustersv1alpha1.Cluster, prev, cur,
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			pods := &corev1.PodList{}
 			seen := &clustersv1alpha1.Cluster{}
-			perr := c.List(ctx, pods, client.InNamespace(ns))
+			// The Cluster first, then its pods: a Cluster seen done while pods seen after it still
+			// run the old image is a broken order, never a race of the two reads.
 			cerr := c.Get(ctx, key, seen)
+			perr := c.List(ctx, pods, client.InNamespace(ns))
 			cancel()
 			if perr == nil && cerr == nil {
 				// Done: VersionUpToDate True at the new version. The version label alone says what
