@@ -30,6 +30,9 @@
 #      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
 #      a downgrade refused) and TestHostedRenewalOnKind (the operator with 10-minute certificates:
 #      a renewal rolls an API server under a polling client without a failed request) and
+#      TestHostedCARotationOnKind (the operator with CAs valid 6 minutes: the cluster CA and etcd's
+#      rotated through an overlapping trust bundle, the API server and etcd rolled at each phase,
+#      under a client re-reading its kubeconfig without a failed request) and
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod
 #      deleted together, then a worker drained, under a polling client without a failed request)
 #      and TestHostedHARestoreCordonedOnKind (a highly available restore with one member's node
@@ -229,7 +232,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 

@@ -338,6 +338,9 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 	if s.Certificates != "" {
 		podMeta.Annotations[AnnotationCertificates] = s.Certificates
 	}
+	if s.Trust != "" {
+		podMeta.Annotations[AnnotationTrust] = s.Trust
+	}
 	if s.RestoredMark != "" {
 		podMeta.Annotations[AnnotationRestored] = s.RestoredMark
 	}
@@ -406,6 +409,7 @@ func controllerManagerArgs(serviceCIDR string) []string {
 	kubeconfig := kcmMount + "/kubeconfig"
 	return append(controlplane.ControllerManagerArgs(controlplane.ControllerManagerFiles{
 		Kubeconfig: kubeconfig, CACert: kcmMount + "/ca.crt", CAKey: kcmMount + "/ca.key", ServiceAccountKey: kcmMount + "/sa.key",
+		RootCA: kcmMount + "/ca-bundle.crt",
 	}, serviceCIDR),
 		"--leader-elect=true",
 		// A lease that rides out a busy node: with kube-controller-manager's 15 s/10 s/2 s, a
@@ -454,7 +458,9 @@ func (s *Spec) apiServerVolumes() []corev1.Volume {
 		corev1.Volume{Name: "kcm", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			DefaultMode: ptr.To[int32](0o440),
 			Sources: []corev1.VolumeProjection{
-				secretItems(SecretCA, "ca.crt", "ca.crt", "ca.key", "ca.key"),
+				// The signing CA signs (its certificate alone), the trust bundle goes to every
+				// namespace (kube-root-ca.crt): during a CA rotation, the old and the new CA.
+				secretItems(SecretCA, caKeySigning, "ca.crt", caKeyKey, "ca.key", caKeyBundle, "ca-bundle.crt"),
 				secretItems(SecretServiceAcct, "sa.key", "sa.key"),
 				secretItems(SecretKCMKubeconf, "kubeconfig", "kubeconfig"),
 			},

@@ -266,6 +266,10 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 			Template:    corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentEtcd), Spec: pod},
 		},
 	}
+	if s.Trust != "" {
+		// etcd reads its trusted CAs only when it starts: each phase of a CA rotation rolls it.
+		sts.Spec.Template.Annotations[AnnotationTrust] = s.Trust
+	}
 	if s.HighAvailability {
 		sts.Spec.ServiceName = NameEtcdPeer
 		sts.Spec.PodManagementPolicy = appsv1.ParallelPodManagement

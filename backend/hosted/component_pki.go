@@ -2,11 +2,13 @@ package hosted
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // pkiComponent makes the control plane's CAs, keys and certificates (pki.go) at every Ensure: a
@@ -19,27 +21,68 @@ func (pkiComponent) name() string { return "pki" }
 
 func (pkiComponent) step(ctx context.Context, sc *scope) (result, error) {
 	b, h, s := sc.b, sc.h, sc.s
-	p, err := ensurePKI(ctx, h.memo, s, ServingHosts(s.Namespace, s.ServiceCIDR, []string{sc.ps.ExternalHost}), b.opts.Certificates)
+	settled := func(trust string) string { return trustSettled(ctx, h, s, trust) }
+	p, err := ensurePKI(ctx, h.memo, s, ServingHosts(s.Namespace, s.ServiceCIDR, []string{sc.ps.ExternalHost}), b.opts.Certificates, settled)
 	if err != nil {
 		return result{}, err
 	}
-	backend.RecordCertificates(backend.RefOf(sc.cl), p.NotAfter)
-	// The hosted CAs are not rotated: "current" is the cluster CA, "etcd" etcd's.
-	backend.RecordCAs(backend.RefOf(sc.cl), map[string]time.Time{"current": p.ca.Cert.NotAfter, "etcd": p.etcdCA.Cert.NotAfter})
-	s.Certificates = p.Checksum
+	ref := backend.RefOf(sc.cl)
+	backend.RecordCertificates(ref, p.NotAfter)
+	backend.RecordCAs(ref, p.caEnds())
+	sc.st.SetPart(p.certificatesPart(time.Now()))
+	s.Certificates, s.Trust = p.Checksum, p.Trust
 	sc.pki = p
 	sc.admin = adminConfig(h, s.Namespace, sc.external, p)
 	b.mu.Lock()
 	b.admin[sc.cl.UID] = sc.admin
 	b.mu.Unlock()
-	// Back in time to renew the first certificate due.
-	return result{retry: max(time.Until(p.RenewAt), time.Second)}, nil
+	// Back in time to renew the first certificate due, or to move a CA rotation on; while a
+	// rotation waits for the workloads to roll, soon.
+	next := p.RenewAt
+	for _, r := range []*rotatingCA{p.cluster, p.etcd} {
+		if at := r.rotation.NextAt(r.ca.Cert.NotAfter, r.ca.Lifetime); at.Before(next) {
+			next = at
+		}
+	}
+	retry := max(time.Until(next), time.Second)
+	if p.Held != "" {
+		retry = min(retry, 10*time.Second)
+	}
+	return result{retry: retry}, nil
+}
+
+// caEnds are the ends of the CAs of both trust bundles by role, for the CA expiry metric: the
+// cluster CA's as backend.CACurrent, CANext and CAPrevious, etcd's prefixed "etcd" ("etcd" is
+// its signing CA).
+func (p *pki) caEnds() map[string]time.Time {
+	ends := p.cluster.notAfter()
+	for role, end := range p.etcd.notAfter() {
+		if role == backend.CACurrent {
+			ends["etcd"] = end
+			continue
+		}
+		ends["etcd-"+role] = end
+	}
+	return ends
+}
+
+// certificatesPart is the CertificatesValid part of the control plane: where the cluster CA and
+// its rotation are, with etcd's CA's rotation and what holds a rotation added when there is one.
+func (p *pki) certificatesPart(now time.Time) backend.Part {
+	part := backend.CertificatesPart(now, p.cluster.rotation, p.cluster.notAfter(), p.ca.Lifetime, "")
+	if e := p.etcd.rotation; e.Phase != certs.PhaseNone {
+		part.Message += fmt.Sprintf(" etcd's CA: rotation phase %s since %s.", e.Phase, e.Since.UTC().Format(time.RFC3339))
+	}
+	if p.Held != "" {
+		part.Message += " The rotation's next phase waits for " + p.Held + "."
+	}
+	return part
 }
 
 // adminConfig is the operator's rest.Config for a control plane: the internal endpoint when the
 // operator runs in the host cluster, else the external one.
 func adminConfig(h *host, namespace, external string, p *pki) *rest.Config {
-	cfg := &rest.Config{Host: external, TLSClientConfig: rest.TLSClientConfig{CAData: p.ca.CertPEM, CertData: p.AdminCert, KeyData: p.AdminKey},
+	cfg := &rest.Config{Host: external, TLSClientConfig: rest.TLSClientConfig{CAData: p.cluster.bundle(), CertData: p.AdminCert, KeyData: p.AdminKey},
 		QPS: -1, Timeout: 30 * time.Second}
 	if h.internal {
 		cfg.Host = internalURL(namespace)

@@ -51,28 +51,25 @@ func (b *Backend) dropSharedCredential(ctx context.Context, h *host, s *Spec) er
 }
 
 // jobSecret is the Secret job mounts: leaf, a certificate of s's etcd CA issued for job alone
-// (valid for its deadline and jobCertMargin), its key and the CA's certificate.
+// (valid for its deadline and jobCertMargin), its key and the CA's trust bundle.
 func (b *Backend) jobSecret(ctx context.Context, h *host, s *Spec, job *batchv1.Job, leaf certs.Leaf) (*corev1.Secret, error) {
 	ca, err := b.etcdCA(ctx, h, s)
 	if err != nil {
 		return nil, err
 	}
 	leaf.Validity = jobCertValidity(job)
-	cert, key, err := ca.Issue(leaf)
+	cert, key, err := ca.ca.Issue(leaf)
 	if err != nil {
 		return nil, err
 	}
 	return &corev1.Secret{ObjectMeta: s.backupSpec().meta(job.Name, job.Labels[LabelComponent]), Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.CertPEM}}, nil
+		Data: map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.bundle()}}, nil
 }
 
 // etcdCA is the etcd CA of the control plane of s (pki.go's, with the backend's lifetime), which
-// the certificates of the snapshot, maintenance and serve Jobs are issued by.
-func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*certs.CA, error) {
-	ca, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca")
-	if err != nil {
-		return nil, err
-	}
-	ca.Lifetime = b.opts.Certificates
-	return ca, nil
+// the certificates of the snapshot, maintenance and serve Jobs are issued by; its rotation is left
+// where it is (the pki component moves it).
+func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*rotatingCA, error) {
+	ca, _, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca", b.opts.Certificates, nil)
+	return ca, err
 }

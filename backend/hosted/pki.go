@@ -1,6 +1,7 @@
 package hosted
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
@@ -27,7 +27,12 @@ const (
 
 // pki is the key material of one control plane, as kept in its Secrets.
 type pki struct {
-	ca, etcdCA *certs.CA
+	// cluster and etcd are the cluster CA and etcd's, each with its rotation (carotation.go).
+	cluster, etcd *rotatingCA
+	ca, etcdCA    *certs.CA // the signing CAs: cluster.ca, etcd.ca
+	// Trust is the checksum of both trust bundles (trustOf); Held, when set, says what keeps a
+	// CA rotation from its next phase.
+	Trust, Held string
 	// Admin authenticates the operator (adminUser in system:masters).
 	AdminCert, AdminKey []byte
 	// NotAfter is when each leaf ends, by its Secret's name.
@@ -48,8 +53,8 @@ func (p *pki) leaf(name string, certPEM []byte, mounted bool, ca *certs.CA, sum 
 		return
 	}
 	p.NotAfter[name] = t
-	// A leaf that ends with its CA (certs.CA.Issue clamps it) is kept to its end: the hosted
-	// backend does not rotate its CAs.
+	// A leaf that ends with its CA (certs.CA.Issue clamps it) is due when a rotation replaces the
+	// CA (certs.CA.LeafRenewAt).
 	if at := ca.LeafRenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
 		p.RenewAt = at
 	}
@@ -65,16 +70,11 @@ func (p *pki) leaf(name string, certPEM []byte, mounted bool, ca *certs.CA, sum 
 //
 // It runs at every reconcile: a leaf due for renewal (life's RenewBefore its end) or deleted is
 // issued anew at the next one, and the returned RenewAt says when to come back at the latest.
-func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []string, life certs.Lifetime) (*pki, error) {
-	p := &pki{NotAfter: map[string]time.Time{}}
-	var err error
-	if p.ca, err = ensureCA(ctx, c, s, SecretCA, "kubernetes"); err != nil {
+func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []string, life certs.Lifetime, settled func(trust string) string) (*pki, error) {
+	p, err := ensureCAs(ctx, c, s, life, settled)
+	if err != nil {
 		return nil, err
 	}
-	if p.etcdCA, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca"); err != nil {
-		return nil, err
-	}
-	p.ca.Lifetime, p.etcdCA.Lifetime = life, life
 	var sum []string
 	if err := ensureSecret(ctx, c, s, SecretServiceAcct, func(cur map[string][]byte) (map[string][]byte, error) {
 		if len(cur["sa.key"]) > 0 && len(cur["sa.pub"]) > 0 {
@@ -93,7 +93,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 		if err != nil {
 			return nil, err
 		}
-		p.leaf(l.secret, cert, l.mounted, l.ca, &sum)
+		p.leaf(l.secret, cert, l.mounted, l.ca.ca, &sum)
 		if l.secret == SecretAdmin {
 			p.AdminCert, p.AdminKey = cert, key
 		}
@@ -101,7 +101,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	kcm := certs.Leaf{CommonName: kcmUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	var kcmConfig []byte
 	if err := ensureSecret(ctx, c, s, SecretKCMKubeconf, func(cur map[string][]byte) (map[string][]byte, error) {
-		if keepKubeconfig(cur["kubeconfig"], p.ca, kcm) {
+		if keepKubeconfig(cur["kubeconfig"], p.ca, p.cluster.bundle(), kcm) {
 			kcmConfig = cur["kubeconfig"]
 			return nil, nil
 		}
@@ -110,7 +110,7 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 			return nil, err
 		}
 		// The controller manager runs in the API server's pod: it calls it on the loopback.
-		kc, err := kubeconfig(fmt.Sprintf("https://127.0.0.1:%d", PortAPIServer), p.ca.CertPEM, cert, key)
+		kc, err := kubeconfig(fmt.Sprintf("https://127.0.0.1:%d", PortAPIServer), p.cluster.bundle(), cert, key)
 		kcmConfig = kc
 		return map[string][]byte{"kubeconfig": kc}, err
 	}); err != nil {
@@ -121,41 +121,55 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 	return p, nil
 }
 
-// ensureCA returns the CA in Secret name, making it when the Secret does not exist.
-func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName string) (*certs.CA, error) {
-	var ca *certs.CA
-	err := ensureSecret(ctx, c, s, name, func(cur map[string][]byte) (map[string][]byte, error) {
-		if cur != nil {
-			var err error
-			if ca, err = certs.ParseCA(cur["ca.crt"], cur["ca.key"]); err != nil {
-				return nil, backend.Errorf(backend.ReasonStateDamaged,
-					"Secret %s/%s holds the cluster's %s, which does not read (%v): every certificate and kubeconfig of the cluster depends on it, so it is not replaced; restore the Secret from a backup, or delete the Cluster",
-					s.Namespace, name, commonName, err)
-			}
-			return nil, nil
-		}
-		var err error
-		if ca, err = certs.NewCA(commonName); err != nil {
-			return nil, err
-		}
-		return map[string][]byte{"ca.crt": ca.CertPEM, "ca.key": ca.KeyPEM}, nil
-	})
-	return ca, err
+// ensureCAs makes or reads the cluster CA and etcd's, and moves their rotations on when their
+// time has come and settled (called with the checksum of the bundles that run now) says nothing
+// keeps them.
+func ensureCAs(ctx context.Context, c client.Client, s *Spec, life certs.Lifetime, settled func(trust string) string) (*pki, error) {
+	p := &pki{NotAfter: map[string]time.Time{}}
+	// What runs now: both CAs as they are, before any moves.
+	cluster, _, err := ensureCA(ctx, c, s, SecretCA, "kubernetes", life, nil)
+	if err != nil {
+		return nil, err
+	}
+	etcd, _, err := ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, nil)
+	if err != nil {
+		return nil, err
+	}
+	running := trustOf(cluster, etcd)
+	hold := func() string { return settled(running) }
+	var heldCluster, heldEtcd string
+	if p.cluster, heldCluster, err = ensureCA(ctx, c, s, SecretCA, "kubernetes", life, hold); err != nil {
+		return nil, err
+	}
+	if p.etcd, heldEtcd, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, hold); err != nil {
+		return nil, err
+	}
+	p.ca, p.etcdCA = p.cluster.ca, p.etcd.ca
+	p.Trust, p.Held = trustOf(p.cluster, p.etcd), heldCluster+heldEtcd
+	if heldCluster != "" && heldEtcd != "" {
+		p.Held = heldCluster
+	}
+	return p, nil
 }
 
-// ensureLeaf returns the certificate and key in Secret name (tls.crt, tls.key, and ca.crt of its
-// CA), issuing them anew when they cannot be kept.
-func ensureLeaf(ctx context.Context, c client.Client, s *Spec, name string, ca *certs.CA, l certs.Leaf) (cert, key []byte, err error) {
+// ensureLeaf returns the certificate and key in Secret name (tls.crt, tls.key, and ca.crt: its
+// CA's trust bundle), issuing them anew when they cannot be kept.
+func ensureLeaf(ctx context.Context, c client.Client, s *Spec, name string, ca *rotatingCA, l certs.Leaf) (cert, key []byte, err error) {
+	bundle := ca.bundle()
 	err = ensureSecret(ctx, c, s, name, func(cur map[string][]byte) (map[string][]byte, error) {
-		if cur != nil && ca.Keep(cur["tls.crt"], cur["tls.key"], l) {
+		if cur != nil && ca.ca.Keep(cur["tls.crt"], cur["tls.key"], l) {
 			cert, key = cur["tls.crt"], cur["tls.key"]
-			return nil, nil
+			if bytes.Equal(cur["ca.crt"], bundle) {
+				return nil, nil
+			}
+			// The certificate stays; its CA file follows the trust bundle.
+			return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": bundle}, nil
 		}
 		var err error
-		if cert, key, err = ca.Issue(l); err != nil {
+		if cert, key, err = ca.ca.Issue(l); err != nil {
 			return nil, err
 		}
-		return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.CertPEM}, nil
+		return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": bundle}, nil
 	})
 	return cert, key, err
 }
@@ -213,10 +227,11 @@ func kubeconfig(server string, caPEM, certPEM, keyPEM []byte) ([]byte, error) {
 	return clientcmd.Write(*cfg)
 }
 
-// keepKubeconfig reports whether data is a kubeconfig whose client certificate can be kept.
-func keepKubeconfig(data []byte, ca *certs.CA, l certs.Leaf) bool {
+// keepKubeconfig reports whether data is a kubeconfig whose client certificate can be kept and
+// that trusts bundle.
+func keepKubeconfig(data []byte, ca *certs.CA, bundle []byte, l certs.Leaf) bool {
 	cfg, err := clientcmd.Load(data)
-	if err != nil {
+	if err != nil || cfg.Clusters["cluster"] == nil || !bytes.Equal(cfg.Clusters["cluster"].CertificateAuthorityData, bundle) {
 		return false
 	}
 	user := cfg.AuthInfos["user"]
@@ -227,7 +242,7 @@ func keepKubeconfig(data []byte, ca *certs.CA, l certs.Leaf) bool {
 // whether the API server's pod mounts it (its checksum then rolls the pod).
 type leafSecret struct {
 	secret  string
-	ca      *certs.CA
+	ca      *rotatingCA
 	leaf    certs.Leaf
 	mounted bool
 }
@@ -240,21 +255,21 @@ func leavesOf(s *Spec, p *pki, servingHosts []string) []leafSecret {
 		etcdHosts = append(etcdHosts, EtcdMemberHosts(s.Namespace)...)
 	}
 	leaves := []leafSecret{
-		{SecretServing, p.ca, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
+		{SecretServing, p.cluster, certs.Leaf{CommonName: "kube-apiserver", Hosts: servingHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, true},
 		// Client too: etcd's gRPC gateway (/v3/… over HTTPS, the maintenance Jobs' way in) dials
 		// etcd's own client port presenting this certificate.
-		{SecretEtcdServer, p.etcdCA, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
-		{SecretEtcdClient, p.etcdCA, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
-		{SecretAdmin, p.ca, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
+		{SecretEtcdServer, p.etcd, certs.Leaf{CommonName: "etcd", Hosts: etcdHosts, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, false},
+		{SecretEtcdClient, p.etcd, certs.Leaf{CommonName: etcdUser, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, true},
+		{SecretAdmin, p.cluster, certs.Leaf{CommonName: adminUser, Organization: []string{adminGroup}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false},
 	}
 	if s.HighAvailability {
 		// The members' certificates towards one another: serving, for every member's name, and
 		// client, with no names (etcd checks a peer's names against its address). etcd reads them
 		// at each handshake, like its serving certificate.
 		leaves = append(leaves,
-			leafSecret{SecretEtcdPeer, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
+			leafSecret{SecretEtcdPeer, p.etcd, certs.Leaf{CommonName: etcdPeerCN, Hosts: EtcdMemberHosts(s.Namespace),
 				Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, false},
-			leafSecret{SecretEtcdPeerClient, p.etcdCA, certs.Leaf{CommonName: etcdPeerCN, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false})
+			leafSecret{SecretEtcdPeerClient, p.etcd, certs.Leaf{CommonName: etcdPeerCN, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, false})
 	}
 	return leaves
 }

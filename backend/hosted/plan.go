@@ -41,6 +41,8 @@ const (
 	AnnotationProfile = "hosted.clusters.openmcp.cloud/profile"
 	// AnnotationCertificates on the API server's pod template is Spec.Certificates.
 	AnnotationCertificates = "hosted.clusters.openmcp.cloud/certificates"
+	// AnnotationTrust on the API server's and etcd's pod templates is Spec.Trust.
+	AnnotationTrust = "hosted.clusters.openmcp.cloud/trust"
 	// AnnotationEncryption on the API server's pod template is Spec.Encryption.
 	AnnotationEncryption = "hosted.clusters.openmcp.cloud/encryption"
 	// AnnotationInputs on the workloads is the hash of the rendered object (Rendered): the
@@ -156,6 +158,10 @@ type Spec struct {
 	// (pki.Checksum): the pod template carries it (AnnotationCertificates), so a renewal rolls
 	// the Deployment, blue/green, and no process keeps a certificate that ends.
 	Certificates string
+	// Trust is the checksum of the CAs' trust bundles (trustOf), empty while neither CA was ever
+	// rotated: the API server's and etcd's pod templates carry it (AnnotationTrust), so each phase
+	// of a CA rotation rolls them onto the bundle (etcd reads its trusted CAs only at its start).
+	Trust string
 	// AllowedSourceRanges, when set, are the only addresses that reach the API server besides
 	// OperatorPods (its NetworkPolicy; LoadBalancer: loadBalancerSourceRanges); the external
 	// Service keeps clients' addresses (externalTrafficPolicy Local).

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
@@ -19,71 +20,12 @@ const (
 	caNextCertFile = "ca-next.crt" // phase Trusting: the new CA, trusted, not signing yet
 	caNextKeyFile  = "ca-next.key"
 	caOldCertFile  = "ca-old.crt"       // phase Signing: the old CA, still trusted
-	caRotationFile = "ca-rotation.json" // the rotation's record (caRotation)
+	caRotationFile = "ca-rotation.json" // the rotation's record (certs.Rotation)
 )
-
-// caPhase is the phase of a CA rotation.
-type caPhase string
-
-// The phases of a CA rotation: none (one CA, signing and trusted), Trusting (a new CA is trusted
-// beside the old one, which still signs: clients get the bundle of both), Signing (the new CA
-// signs every leaf, the old one is still trusted: clients that kept an old bundle keep
-// verifying what the old CA signed... until it is dropped, back to none).
-const (
-	phaseNone     caPhase = ""
-	phaseTrusting caPhase = "Trusting"
-	phaseSigning  caPhase = "Signing"
-)
-
-// caRotation is the record of a cluster's CA rotation (caRotationFile): the phase it is in and
-// since when, so that a restarted operator goes on where it was.
-type caRotation struct {
-	Phase caPhase   `json:"phase,omitempty"`
-	Since time.Time `json:"since,omitzero"`
-	// RotatedAt is when the last rotation ended (the old CA was dropped); Rotations counts them.
-	RotatedAt time.Time `json:"rotatedAt,omitzero"`
-	Rotations int       `json:"rotations,omitempty"`
-}
-
-// advance is r at now, for a signing CA that ends at caEnd: the next phase when the current one
-// has lasted its step (certs.Lifetime.CAStep), or when the CA reached its renewal time
-// (CARenewAt); else r. It moves one phase at most: each phase lasts a step even after an operator
-// that was down.
-func (r caRotation) advance(now, caEnd time.Time, life certs.Lifetime) caRotation {
-	if now.Before(r.nextAt(caEnd, life)) {
-		return r
-	}
-	switch r.Phase {
-	case phaseNone:
-		r.Phase, r.Since = phaseTrusting, now
-	case phaseTrusting:
-		r.Phase, r.Since = phaseSigning, now
-	default:
-		r = caRotation{RotatedAt: now, Rotations: r.Rotations + 1}
-	}
-	return r
-}
-
-// nextAt is when r moves to its next phase, for a signing CA that ends at caEnd.
-func (r caRotation) nextAt(caEnd time.Time, life certs.Lifetime) time.Time {
-	if r.Phase == phaseNone {
-		return life.CARenewAt(caEnd)
-	}
-	return r.Since.Add(life.CAStep())
-}
-
-// replacedAt is when the signing CA, ending at caEnd, is replaced: the end of phase Trusting, or
-// the earliest a rotation not started yet can get there.
-func (r caRotation) replacedAt(caEnd time.Time, life certs.Lifetime) time.Time {
-	if r.Phase == phaseTrusting {
-		return r.Since.Add(life.CAStep())
-	}
-	return life.CARenewAt(caEnd).Add(life.CAStep())
-}
 
 // readRotation reads the rotation record; none is phase none.
-func (p *pki) readRotation() (caRotation, error) {
-	var r caRotation
+func (p *pki) readRotation() (certs.Rotation, error) {
+	var r certs.Rotation
 	data, err := os.ReadFile(p.path(caRotationFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return r, nil
@@ -94,14 +36,13 @@ func (p *pki) readRotation() (caRotation, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return r, fmt.Errorf("%s does not read: %w", caRotationFile, err)
 	}
-	switch r.Phase {
-	case phaseNone, phaseTrusting, phaseSigning:
+	if r.Known() {
 		return r, nil
 	}
 	return r, fmt.Errorf("%s names an unknown phase %q", caRotationFile, r.Phase)
 }
 
-func (p *pki) writeRotation(r caRotation) error {
+func (p *pki) writeRotation(r certs.Rotation) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -130,9 +71,9 @@ func (p *pki) finishSwap() error {
 // step makes the files follow the record moving from phase `from` to r: a new CA to trust
 // (Trusting), the new CA signing and the old one kept as ca-old.crt (Signing), or the old one
 // dropped (none). The record is written at the point from which the move can only go forward.
-func (p *pki) step(from caPhase, r caRotation, life certs.Lifetime) error {
+func (p *pki) step(from certs.RotationPhase, r certs.Rotation, life certs.Lifetime) error {
 	switch r.Phase {
-	case phaseTrusting:
+	case certs.PhaseTrusting:
 		next, err := certs.NewCAValid(caCommonName, life.Or().CAValidity)
 		if err != nil {
 			return err
@@ -141,7 +82,7 @@ func (p *pki) step(from caPhase, r caRotation, life certs.Lifetime) error {
 			return err
 		}
 		return p.writeRotation(r)
-	case phaseSigning:
+	case certs.PhaseSigning:
 		if err := writeFileAtomic(p.path(caOldCertFile), p.ca.CertPEM, 0o644); err != nil {
 			return err
 		}
@@ -150,7 +91,7 @@ func (p *pki) step(from caPhase, r caRotation, life certs.Lifetime) error {
 		}
 		return p.finishSwap()
 	}
-	if from == phaseNone {
+	if from == certs.PhaseNone {
 		return nil
 	}
 	if err := p.writeRotation(r); err != nil {
@@ -169,39 +110,32 @@ func removeFiles(paths ...string) error {
 	return nil
 }
 
-// The roles of the CAs in a trust bundle, as the CA expiry metric names them.
-const (
-	caCurrent  = "current"  // signs the leaves
-	caNext     = "next"     // phase Trusting: trusted, signs from phase Signing on
-	caPrevious = "previous" // phase Signing: signed the leaves before, still trusted
-)
-
 // writeBundle sets p.CAPEM to the trust bundle of the rotation's phase and writes it to
 // caBundleFile when it differs: the signing CA alone, or with the CA of the other side of the
 // rotation, the old one first in both phases (the bundle stays the same bytes from Trusting to
 // Signing, so a kubeconfig that has it is not issued anew in between). A next CA gone missing in
 // phase Trusting is made anew, and the phase starts again.
 func (p *pki) writeBundle(life certs.Lifetime) error {
-	p.CANotAfter[caCurrent] = p.ca.Cert.NotAfter
+	p.CANotAfter[backend.CACurrent] = p.ca.Cert.NotAfter
 	bundle := p.ca.CertPEM
 	switch p.rotation.Phase {
-	case phaseTrusting:
+	case certs.PhaseTrusting:
 		next, readErr := p.readCert(caNextCertFile)
 		if readErr != nil {
-			r := caRotation{Phase: phaseTrusting, Since: time.Now(), RotatedAt: p.rotation.RotatedAt, Rotations: p.rotation.Rotations}
-			if err := p.step(phaseNone, r, life); err != nil {
+			r := certs.Rotation{Phase: certs.PhaseTrusting, Since: time.Now(), RotatedAt: p.rotation.RotatedAt, Rotations: p.rotation.Rotations}
+			if err := p.step(certs.PhaseNone, r, life); err != nil {
 				return fmt.Errorf("making the next CA anew (%s did not read: %v): %w", caNextCertFile, readErr, err)
 			}
 			p.rotation = r
-			p.ca.ReplacedAt = r.replacedAt(p.ca.Cert.NotAfter, life)
+			p.ca.ReplacedAt = r.ReplacedAt(p.ca.Cert.NotAfter, life)
 			return p.writeBundle(life)
 		}
-		p.CANotAfter[caNext] = next.NotAfter
+		p.CANotAfter[backend.CANext] = next.NotAfter
 		bundle = append(append([]byte{}, p.ca.CertPEM...), next.Raw...)
-	case phaseSigning:
+	case certs.PhaseSigning:
 		// A previous CA gone missing is only no longer trusted: what it signed was issued anew.
 		if old, err := p.readCert(caOldCertFile); err == nil {
-			p.CANotAfter[caPrevious] = old.NotAfter
+			p.CANotAfter[backend.CAPrevious] = old.NotAfter
 			bundle = append(append([]byte{}, old.Raw...), p.ca.CertPEM...)
 		}
 	}

@@ -121,7 +121,7 @@ func startRotationRun(t *testing.T) *rotationRun {
 	oldCA := s.CABundle
 	require.Len(t, pemCerts(t, oldCA), 1)
 	assert.Equal(t, backend.ReasonCAValid, s.Part(backend.PartCertificates).Reason)
-	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, caCurrent), 1, "the gauge says when the CA ends")
+	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, backend.CACurrent), 1, "the gauge says when the CA ends")
 
 	admin, err := h.b.AdminConfig(t.Context(), cl)
 	require.NoError(t, err)
@@ -161,7 +161,7 @@ func (r *rotationRun) trusting(t *testing.T) (bundle, newCA []byte) {
 	assert.Equal(t, oldCA, bundle[:len(oldCA)], "the old CA first")
 	newCA = bundle[len(oldCA):]
 	assert.True(t, servingVerifies(t, s.Endpoint, oldCA), "the old CA still signs the serving certificate")
-	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, caNext), 1, "the gauge of the next CA")
+	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, backend.CANext), 1, "the gauge of the next CA")
 	return bundle, newCA
 }
 
@@ -174,14 +174,14 @@ func (r *rotationRun) signing(t *testing.T, bundle, newCA []byte) time.Time {
 	pkiPath := filepath.Join(h.b.Dir(cl.UID), pkiDir)
 	rec, err := (&pki{dir: pkiPath}).readRotation()
 	require.NoError(t, err)
-	require.Equal(t, phaseSigning, rec.Phase)
+	require.Equal(t, certs.PhaseSigning, rec.Phase)
 	signingAt := rec.Since // the serving certificate of the new CA is written after
 	assert.Equal(t, bundle, s.CABundle, "the same bundle")
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		assert.True(c, servingVerifies(c, s.Endpoint, newCA), "the new CA signs the serving certificate")
 	}, 30*time.Second, 100*time.Millisecond)
 	assert.False(t, servingVerifies(t, s.Endpoint, oldCA), "the old CA alone no longer verifies the API server")
-	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, caPrevious), 1, "the gauge of the previous CA")
+	assert.InDelta(t, float64(pemCerts(t, oldCA)[0].NotAfter.Unix()), backend.CAExpiry(r.ref, backend.CAPrevious), 1, "the gauge of the previous CA")
 	return signingAt
 }
 
@@ -198,9 +198,9 @@ func (r *rotationRun) rotated(t *testing.T, newCA []byte) {
 	for _, f := range []string{servingCertFile, adminCertFile, kcmClientCertFile, kcmServingCertFile} {
 		assert.True(t, verifies(t, pkiPath, f, newCA, x509.ExtKeyUsageAny), "%s is signed by the new CA", f)
 	}
-	assert.Zero(t, backend.CAExpiry(ref, caPrevious), "no previous CA any more")
-	assert.Zero(t, backend.CAExpiry(ref, caNext))
-	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, caCurrent), 1)
+	assert.Zero(t, backend.CAExpiry(ref, backend.CAPrevious), "no previous CA any more")
+	assert.Zero(t, backend.CAExpiry(ref, backend.CANext))
+	assert.InDelta(t, float64(pemCerts(t, newCA)[0].NotAfter.Unix()), backend.CAExpiry(ref, backend.CACurrent), 1)
 }
 
 // clientsAfter: the controller manager runs again and publishes the new bundle; the client that

@@ -15,64 +15,6 @@ import (
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
-// TestCARotationAdvance: the phases of a CA rotation, each moved on when its time has come and
-// one at a time; each phase lasts a step (a quarter of CARenewBefore) from when it began, even
-// after an operator that was down for longer.
-func TestCARotationAdvance(t *testing.T) {
-	life := certs.Lifetime{CAValidity: 4 * time.Hour, CARenewBefore: 2 * time.Hour} // step 30m
-	caEnd := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	start := caEnd.Add(-2 * time.Hour)
-	rotated := caEnd.Add(-48 * time.Hour)
-	for _, tc := range []struct {
-		name string
-		r    caRotation
-		now  time.Time
-		want caRotation
-	}{
-		{"none, before the CA's renewal time", caRotation{}, start.Add(-time.Second), caRotation{}},
-		{"none, at the CA's renewal time: Trusting", caRotation{}, start, caRotation{Phase: phaseTrusting, Since: start}},
-		{"none, long after it: Trusting from now", caRotation{}, caEnd, caRotation{Phase: phaseTrusting, Since: caEnd}},
-		{"none after a rotation keeps the count", caRotation{RotatedAt: rotated, Rotations: 2}, start,
-			caRotation{Phase: phaseTrusting, Since: start, RotatedAt: rotated, Rotations: 2}},
-		{"Trusting, within its step", caRotation{Phase: phaseTrusting, Since: start}, start.Add(29 * time.Minute),
-			caRotation{Phase: phaseTrusting, Since: start}},
-		{"Trusting, after its step: Signing", caRotation{Phase: phaseTrusting, Since: start}, start.Add(30 * time.Minute),
-			caRotation{Phase: phaseSigning, Since: start.Add(30 * time.Minute)}},
-		{"Trusting, an operator down for hours: Signing from now, for a whole step", caRotation{Phase: phaseTrusting, Since: start}, start.Add(5 * time.Hour),
-			caRotation{Phase: phaseSigning, Since: start.Add(5 * time.Hour)}},
-		{"Signing, within its step", caRotation{Phase: phaseSigning, Since: start}, start.Add(29 * time.Minute),
-			caRotation{Phase: phaseSigning, Since: start}},
-		{"Signing, after its step: done", caRotation{Phase: phaseSigning, Since: start, Rotations: 2}, start.Add(31 * time.Minute),
-			caRotation{RotatedAt: start.Add(31 * time.Minute), Rotations: 3}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tc.r.advance(tc.now, caEnd, life))
-		})
-	}
-}
-
-// TestCARotationTimes: when a rotation moves on next and when the signing CA is replaced.
-func TestCARotationTimes(t *testing.T) {
-	life := certs.Lifetime{CAValidity: 4 * time.Hour, CARenewBefore: 2 * time.Hour} // step 30m
-	caEnd := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	since := caEnd.Add(-90 * time.Minute)
-	for _, tc := range []struct {
-		name               string
-		r                  caRotation
-		next, replacedWhen time.Time
-	}{
-		{"none", caRotation{}, caEnd.Add(-2 * time.Hour), caEnd.Add(-90 * time.Minute)},
-		{"Trusting", caRotation{Phase: phaseTrusting, Since: since}, since.Add(30 * time.Minute), since.Add(30 * time.Minute)},
-		// In phase Signing the signing CA is the new one: replaced at its own rotation.
-		{"Signing", caRotation{Phase: phaseSigning, Since: since}, since.Add(30 * time.Minute), caEnd.Add(-90 * time.Minute)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.next, tc.r.nextAt(caEnd, life))
-			assert.Equal(t, tc.replacedWhen, tc.r.replacedAt(caEnd, life))
-		})
-	}
-}
-
 // certsOf reads every certificate of a PEM file of dir.
 func certsOf(t *testing.T, dir, name string) []*x509.Certificate {
 	t.Helper()
@@ -114,18 +56,18 @@ func TestCARotationFiles(t *testing.T) {
 	oldCA := mustRead(t, filepath.Join(dir, caCertFile))
 	assert.Equal(t, oldCA, p.CAPEM, "one CA: the bundle is the CA")
 	assert.Equal(t, oldCA, mustRead(t, filepath.Join(dir, caBundleFile)))
-	assert.Equal(t, phaseNone, p.rotation.Phase)
+	assert.Equal(t, certs.PhaseNone, p.rotation.Phase)
 	caEnd := readCert(t, dir, caCertFile).NotAfter
 	assert.WithinDuration(t, time.Now().Add(time.Hour), caEnd, 5*time.Second, "valid for CAValidity")
 	assert.Equal(t, caEnd, readCert(t, dir, adminCertFile).NotAfter, "a year's leaf ends with its CA")
 	assert.Equal(t, caEnd.Add(-10*time.Minute), p.RenewAt, "due when the rotation starts")
-	assert.Equal(t, map[string]time.Time{caCurrent: caEnd}, p.CANotAfter)
+	assert.Equal(t, map[string]time.Time{backend.CACurrent: caEnd}, p.CANotAfter)
 	adminBefore := mustRead(t, filepath.Join(dir, adminCertFile))
 
 	due := certs.Lifetime{CAValidity: time.Hour, CARenewBefore: 2 * time.Hour} // step 30m
 	p, err = loadOrCreatePKI(dir, hosts, due)
 	require.NoError(t, err)
-	require.Equal(t, phaseTrusting, p.rotation.Phase)
+	require.Equal(t, certs.PhaseTrusting, p.rotation.Phase)
 	newCA := mustRead(t, filepath.Join(dir, caNextCertFile))
 	bundle := append(append([]byte{}, oldCA...), newCA...)
 	assert.Equal(t, bundle, p.CAPEM, "Trusting: the old CA and the new one")
@@ -133,18 +75,18 @@ func TestCARotationFiles(t *testing.T) {
 	assert.Equal(t, oldCA, mustRead(t, filepath.Join(dir, caCertFile)), "the old CA still signs")
 	assert.Equal(t, adminBefore, mustRead(t, filepath.Join(dir, adminCertFile)), "the leaves stay")
 	assert.True(t, verifies(t, dir, servingCertFile, oldCA, x509.ExtKeyUsageServerAuth), "a client holding the old CA alone still verifies the API server")
-	assert.Contains(t, p.CANotAfter, caNext)
+	assert.Contains(t, p.CANotAfter, backend.CANext)
 	assert.WithinDuration(t, p.rotation.Since.Add(30*time.Minute), p.RenewAt, time.Second, "due when the new CA signs")
 
 	p, err = loadOrCreatePKI(dir, hosts, due)
 	require.NoError(t, err)
-	assert.Equal(t, phaseTrusting, p.rotation.Phase, "within the step: still Trusting")
+	assert.Equal(t, certs.PhaseTrusting, p.rotation.Phase, "within the step: still Trusting")
 	assert.Equal(t, newCA, mustRead(t, filepath.Join(dir, caNextCertFile)), "the same new CA")
 
 	backdate(t, dir, 31*time.Minute)
 	p, err = loadOrCreatePKI(dir, hosts, due)
 	require.NoError(t, err)
-	require.Equal(t, phaseSigning, p.rotation.Phase)
+	require.Equal(t, certs.PhaseSigning, p.rotation.Phase)
 	assert.Equal(t, newCA, mustRead(t, filepath.Join(dir, caCertFile)), "Signing: the new CA signs")
 	assert.Equal(t, oldCA, mustRead(t, filepath.Join(dir, caOldCertFile)))
 	assert.NoFileExists(t, filepath.Join(dir, caNextCertFile))
@@ -159,21 +101,21 @@ func TestCARotationFiles(t *testing.T) {
 		assert.True(t, verifies(t, dir, f.file, bundle, f.usage), "%s verifies against the bundle", f.file)
 		assert.False(t, verifies(t, dir, f.file, oldCA, f.usage), "%s does not verify against the old CA alone", f.file)
 	}
-	assert.Contains(t, p.CANotAfter, caPrevious)
+	assert.Contains(t, p.CANotAfter, backend.CAPrevious)
 
 	backdate(t, dir, 31*time.Minute)
 	p, err = loadOrCreatePKI(dir, hosts, due)
 	require.NoError(t, err)
-	assert.Equal(t, phaseNone, p.rotation.Phase)
+	assert.Equal(t, certs.PhaseNone, p.rotation.Phase)
 	assert.Equal(t, 1, p.rotation.Rotations)
 	assert.False(t, p.rotation.RotatedAt.IsZero())
 	assert.Equal(t, newCA, p.CAPEM, "done: the new CA alone")
 	assert.Equal(t, newCA, mustRead(t, filepath.Join(dir, caBundleFile)))
 	assert.NoFileExists(t, filepath.Join(dir, caOldCertFile))
 	assert.Len(t, certsOf(t, dir, caBundleFile), 1)
-	assert.Equal(t, map[string]time.Time{caCurrent: readCert(t, dir, caCertFile).NotAfter}, p.CANotAfter)
+	assert.Equal(t, map[string]time.Time{backend.CACurrent: readCert(t, dir, caCertFile).NotAfter}, p.CANotAfter)
 
-	part := certificatesPart(time.Now(), p.rotation, p.CANotAfter, due, "")
+	part := backend.CertificatesPart(time.Now(), p.rotation, p.CANotAfter, due, "")
 	assert.Equal(t, backend.Part{Type: backend.PartCertificates, Ready: true, Reason: backend.ReasonCARotated, Message: part.Message}, part)
 }
 
@@ -184,19 +126,19 @@ func TestCARotationInterrupted(t *testing.T) {
 	due := certs.Lifetime{CAValidity: time.Hour, CARenewBefore: 2 * time.Hour}
 	p, err := loadOrCreatePKI(dir, nil, due)
 	require.NoError(t, err)
-	require.Equal(t, phaseTrusting, p.rotation.Phase)
+	require.Equal(t, certs.PhaseTrusting, p.rotation.Phase)
 	oldCA, newCA := mustRead(t, filepath.Join(dir, caCertFile)), mustRead(t, filepath.Join(dir, caNextCertFile))
 	newKey := mustRead(t, filepath.Join(dir, caNextKeyFile))
 	// What step wrote before it stopped: ca-old.crt, the record, and the new key over the old.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, caOldCertFile), oldCA, 0o644))
 	r := p.rotation
-	r.Phase, r.Since = phaseSigning, time.Now()
+	r.Phase, r.Since = certs.PhaseSigning, time.Now()
 	require.NoError(t, p.writeRotation(r))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, caKeyFile), newKey, 0o600))
 
 	p, err = loadOrCreatePKI(dir, nil, due)
 	require.NoError(t, err, "a key and certificate that do not belong together are mended from the next CA's files")
-	assert.Equal(t, phaseSigning, p.rotation.Phase)
+	assert.Equal(t, certs.PhaseSigning, p.rotation.Phase)
 	assert.Equal(t, newCA, mustRead(t, filepath.Join(dir, caCertFile)))
 	assert.Equal(t, newKey, mustRead(t, filepath.Join(dir, caKeyFile)))
 	assert.NoFileExists(t, filepath.Join(dir, caNextCertFile))
@@ -220,42 +162,6 @@ func TestCARotationDamagedRecord(t *testing.T) {
 			assert.Contains(t, err.Error(), caRotationFile)
 			assert.Contains(t, err.Error(), "or remove it")
 			assert.Equal(t, ca, mustRead(t, filepath.Join(dir, caCertFile)))
-		})
-	}
-}
-
-// TestCertificatesPart: the CertificatesValid condition in each state of the CA.
-func TestCertificatesPart(t *testing.T) {
-	life := certs.Lifetime{CAValidity: 4 * time.Hour, CARenewBefore: 2 * time.Hour}
-	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	end := now.Add(3 * time.Hour)
-	ends := map[string]time.Time{caCurrent: end, caNext: end.Add(4 * time.Hour), caPrevious: end.Add(-time.Hour)}
-	for _, tc := range []struct {
-		name   string
-		r      caRotation
-		ends   map[string]time.Time
-		err    string
-		ready  bool
-		reason string
-		says   []string
-	}{
-		{"valid", caRotation{}, ends, "", true, backend.ReasonCAValid, []string{"valid until 2030-01-01T15:00:00Z", "rotation starts at 2030-01-01T13:00:00Z"}},
-		{"Trusting", caRotation{Phase: phaseTrusting, Since: now}, ends, "", true, backend.ReasonCARotating,
-			[]string{"phase 1 of 3 (Trusting)", "from 2030-01-01T12:30:00Z on", "fetched again"}},
-		{"Signing", caRotation{Phase: phaseSigning, Since: now}, ends, "", true, backend.ReasonCARotating,
-			[]string{"phase 2 of 3 (Signing)", "old CA (ends 2030-01-01T14:00:00Z) stays in the trust bundle until 2030-01-01T12:30:00Z"}},
-		{"rotated", caRotation{RotatedAt: now, Rotations: 1}, ends, "", true, backend.ReasonCARotated, []string{"rotated at 2030-01-01T12:00:00Z"}},
-		{"failed", caRotation{Phase: phaseTrusting, Since: now}, ends, "disk full", false, backend.ReasonCARotationFailed, []string{"disk full"}},
-		{"expired", caRotation{}, map[string]time.Time{caCurrent: now.Add(-time.Second)}, "", false, backend.ReasonCAExpired, []string{"Create a new Cluster"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := certificatesPart(now, tc.r, tc.ends, life, tc.err)
-			assert.Equal(t, backend.PartCertificates, p.Type)
-			assert.Equal(t, tc.ready, p.Ready)
-			assert.Equal(t, tc.reason, p.Reason)
-			for _, s := range tc.says {
-				assert.Contains(t, p.Message, s)
-			}
 		})
 	}
 }

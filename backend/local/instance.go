@@ -331,7 +331,7 @@ func (in *instance) renewIfDue() {
 	// CA is dropped from the bundle, one of the old CA would be refused (401).
 	in.probe.CloseIdleConnections()
 	in.recordCertificates()
-	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "caRotation", string(p.rotation.Phase))
+	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "certs.Rotation", string(p.rotation.Phase))
 	in.restart(procControllerManager)
 	if p.rotation.Phase != phase || failed {
 		in.log.Info("The CA rotation moved on", "from", string(phase), "to", string(p.rotation.Phase))

@@ -76,10 +76,10 @@ type pki struct {
 	// or the CA rotation moves on, whichever comes first.
 	NotAfter map[string]time.Time
 	RenewAt  time.Time
-	// CANotAfter is when each CA of the trust bundle ends, by its role (caCurrent, caNext,
-	// caPrevious); rotation is where the CA's rotation is.
+	// CANotAfter is when each CA of the trust bundle ends, by its role (backend.CACurrent, backend.CANext,
+	// backend.CAPrevious); rotation is where the CA's rotation is.
 	CANotAfter map[string]time.Time
-	rotation   caRotation
+	rotation   certs.Rotation
 }
 
 // loadOrCreatePKI reads the cluster's CA, client certificates and service-account key pair from
@@ -111,7 +111,7 @@ func loadOrCreatePKI(dir string, hosts []string, life certs.Lifetime) (*pki, err
 	if _, _, err := p.issue(kcmServingCertFile, kcmServingKeyFile, kcmServingLeaf); err != nil {
 		return nil, fmt.Errorf("the controller manager's serving certificate in %s: %w", dir, err)
 	}
-	if at := p.rotation.nextAt(p.ca.Cert.NotAfter, life); at.Before(p.RenewAt) {
+	if at := p.rotation.NextAt(p.ca.Cert.NotAfter, life); at.Before(p.RenewAt) {
 		p.RenewAt = at
 	}
 	return p, nil
@@ -134,7 +134,7 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 		return damaged(p.dir, []string{caRotationFile}, err, "It records where the rotation of the cluster's CA is",
 			"or remove it: the rotation is taken up again from the CA files (a CA made for it and not signing yet is made anew)")
 	}
-	if rec.Phase == phaseSigning {
+	if rec.Phase == certs.PhaseSigning {
 		if err := p.finishSwap(); err != nil {
 			return err
 		}
@@ -145,18 +145,18 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 	}
 	if created {
 		// A new CA starts without a rotation; what an earlier one left goes.
-		rec = caRotation{}
+		rec = certs.Rotation{}
 		if err := removeFiles(p.path(caRotationFile), p.path(caNextCertFile), p.path(caNextKeyFile), p.path(caOldCertFile)); err != nil {
 			return err
 		}
 	}
 	p.ca.Lifetime = life
-	if next := rec.advance(time.Now(), p.ca.Cert.NotAfter, life); next.Phase != rec.Phase {
+	if next := rec.Advance(time.Now(), p.ca.Cert.NotAfter, life); next.Phase != rec.Phase {
 		if err := p.step(rec.Phase, next, life); err != nil {
 			return fmt.Errorf("moving the CA rotation to phase %q: %w", next.Phase, err)
 		}
 		rec = next
-		if rec.Phase == phaseSigning {
+		if rec.Phase == certs.PhaseSigning {
 			if _, err := p.loadSigningCA(life); err != nil {
 				return err
 			}
@@ -164,7 +164,7 @@ func (p *pki) loadOrCreateCA(life certs.Lifetime) error {
 		}
 	}
 	p.rotation = rec
-	p.ca.ReplacedAt = rec.replacedAt(p.ca.Cert.NotAfter, life)
+	p.ca.ReplacedAt = rec.ReplacedAt(p.ca.Cert.NotAfter, life)
 	return p.writeBundle(life)
 }
 

@@ -222,9 +222,9 @@ func newRunFlags(o *runOptions) *flag.FlagSet {
 	fs.DurationVar(&o.Certificates.RenewBefore, "certificate-renew-before", certs.RenewBefore,
 		"How long before its end a leaf certificate is issued anew, by the same CA, while the cluster runs; less than --certificate-validity.")
 	fs.DurationVar(&o.Certificates.CAValidity, "ca-validity", certs.CAValidity,
-		"How long a new CA of a local cluster is valid (the hosted backend's CAs are valid 10 years and not rotated). A leaf certificate never outlives its CA.")
+		"How long a new CA of a cluster is valid (local and hosted: the cluster CA, and a hosted cluster's etcd CA). A leaf certificate never outlives its CA.")
 	fs.DurationVar(&o.Certificates.CARenewBefore, "ca-renew-before", certs.CARenewBefore,
-		"How long before its end a local cluster's CA is rotated: a new CA is trusted beside it for a quarter of this, then signs every certificate while the old one stays trusted for another quarter, then the old one is dropped. At most two thirds of --ca-validity.")
+		"How long before its end a cluster's CA is rotated (local and hosted): a new CA is trusted beside it for a quarter of this, then signs every certificate while the old one stays trusted for another quarter, then the old one is dropped. At most two thirds of --ca-validity.")
 	fs.DurationVar(&o.TokenValidity, "token-validity", accessrequest.DefaultTokenValidity,
 		"How long a granted token is valid (an AccessRequest's spec.ttl may end it sooner); a new one replaces it after 80% of that. At least 10m.")
 	fs.DurationVar(&o.GrantCheck, "grant-check", accessrequest.DefaultGrantCheck,

@@ -31,25 +31,8 @@ import (
 func TestHostedRenewalOnKind(t *testing.T) {
 	c, _, pc := hostedTarget(t)
 	ctx := context.Background()
-	opNS := envOr("E2E_OPERATOR_NAMESPACE", "cluster-provider-system")
 
-	op := &appsv1.Deployment{}
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: opNS, Name: "cluster-provider"}, op))
-	args := slices.Clone(op.Spec.Template.Spec.Containers[0].Args)
-	setArgs := func(a []string) {
-		t.Helper()
-		// The Deployment controller writes the Deployment's status meanwhile.
-		testenv.Update(ctx, t, c, op, func(op *appsv1.Deployment) { op.Spec.Template.Spec.Containers[0].Args = a })
-		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(op), op))
-			assert.Equal(ct, op.Generation, op.Status.ObservedGeneration)
-			assert.Equal(ct, *op.Spec.Replicas, op.Status.UpdatedReplicas)
-			assert.Equal(ct, op.Status.Replicas, op.Status.UpdatedReplicas, "old pods gone")
-			assert.Equal(ct, *op.Spec.Replicas, op.Status.AvailableReplicas)
-		}, 5*time.Minute, poll, "the operator rolled out with %v", a)
-	}
-	setArgs(append(slices.Clone(args), "--certificate-validity=10m", "--certificate-renew-before=9m"))
-	t.Cleanup(func() { setArgs(args) })
+	withOperatorArgs(t, c, "--certificate-validity=10m", "--certificate-renew-before=9m")
 
 	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-renewal-")
 	cl := &clustersv1alpha1.Cluster{
@@ -93,6 +76,30 @@ func TestHostedRenewalOnKind(t *testing.T) {
 	for _, e := range during.errors {
 		t.Errorf("during the renewal: %v", e)
 	}
+}
+
+// withOperatorArgs rolls the operator of deploy/hosted out with extra flags, and back to its own
+// when t ends.
+func withOperatorArgs(t *testing.T, c client.Client, extra ...string) {
+	t.Helper()
+	ctx := context.Background()
+	op := &appsv1.Deployment{}
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Namespace: envOr("E2E_OPERATOR_NAMESPACE", "cluster-provider-system"), Name: "cluster-provider"}, op))
+	args := slices.Clone(op.Spec.Template.Spec.Containers[0].Args)
+	setArgs := func(a []string) {
+		t.Helper()
+		// The Deployment controller writes the Deployment's status meanwhile.
+		testenv.Update(ctx, t, c, op, func(op *appsv1.Deployment) { op.Spec.Template.Spec.Containers[0].Args = a })
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(op), op))
+			assert.Equal(ct, op.Generation, op.Status.ObservedGeneration)
+			assert.Equal(ct, *op.Spec.Replicas, op.Status.UpdatedReplicas)
+			assert.Equal(ct, op.Status.Replicas, op.Status.UpdatedReplicas, "old pods gone")
+			assert.Equal(ct, *op.Spec.Replicas, op.Status.AvailableReplicas)
+		}, 5*time.Minute, poll, "the operator rolled out with %v", a)
+	}
+	setArgs(append(slices.Clone(args), extra...))
+	t.Cleanup(func() { setArgs(args) })
 }
 
 // servingNotAfter is the end of the certificate the API server at endpoint presents (not
