@@ -205,7 +205,9 @@ func reloadingClient(t *testing.T, c client.Client, key client.ObjectKey) kubern
 }
 
 // reloading is a RoundTripper that sends each request with the transport of the moment.
-type reloading struct{ cur atomic.Pointer[http.RoundTripper] }
+type reloading struct {
+	cur atomic.Pointer[http.RoundTripper]
+}
 
 func (r *reloading) RoundTrip(req *http.Request) (*http.Response, error) {
 	return (*r.cur.Load()).RoundTrip(req)
