@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
@@ -103,12 +104,7 @@ func TestCARotation(t *testing.T) {
 	assert.Empty(t, get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationTrust], "never rotated: the templates do not change")
 
 	// Trusting.
-	var trusting *rotatingCA
-	require.Eventually(t, func() bool {
-		st = h.ensure(t, cl)
-		trusting = readCASecret(t, ns, SecretCA)
-		return trusting.rotation.Phase == certs.PhaseTrusting
-	}, 40*time.Second, 200*time.Millisecond, "the rotation starts at the CA's renewal time")
+	trusting, st := h.awaitCAPhase(t, cl, certs.PhaseTrusting, 40*time.Second)
 	bundle := trusting.bundle()
 	assert.Len(t, pemCerts(t, bundle), 2, "the old and the new CA are trusted")
 	assert.Equal(t, oldCA.CertPEM, trusting.ca.CertPEM, "the old CA still signs")
@@ -138,12 +134,7 @@ func TestCARotation(t *testing.T) {
 	// Rolled: Signing.
 	rolledOutNow(t, cl)
 	sum := get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates]
-	var signing *rotatingCA
-	require.Eventually(t, func() bool {
-		st = h.ensure(t, cl)
-		signing = readCASecret(t, ns, SecretCA)
-		return signing.rotation.Phase == certs.PhaseSigning
-	}, 20*time.Second, 200*time.Millisecond, "Signing once the workloads run the bundle")
+	signing, st := h.awaitCAPhase(t, cl, certs.PhaseSigning, 20*time.Second)
 	newCA := signing.ca
 	assert.Equal(t, trusting.next.CertPEM, newCA.CertPEM, "the CA trusted in phase Trusting signs")
 	assert.Equal(t, bundle, signing.bundle(), "the same bundle: kubeconfigs that have it are kept")
@@ -156,12 +147,7 @@ func TestCARotation(t *testing.T) {
 
 	// Rolled again: the old CA dropped.
 	rolledOutNow(t, cl)
-	var done *rotatingCA
-	require.Eventually(t, func() bool {
-		st = h.ensure(t, cl)
-		done = readCASecret(t, ns, SecretCA)
-		return done.rotation.Phase == certs.PhaseNone
-	}, 20*time.Second, 200*time.Millisecond, "the old CA is dropped")
+	done, st := h.awaitCAPhase(t, cl, certs.PhaseNone, 20*time.Second)
 	assert.Equal(t, newCA.CertPEM, done.bundle(), "the new CA alone is trusted")
 	assert.Equal(t, 1, done.rotation.Rotations)
 	assert.Equal(t, newCA.CertPEM, st.CABundle)
@@ -169,6 +155,19 @@ func TestCARotation(t *testing.T) {
 	assert.Equal(t, backend.ReasonCARotated, st.Part(backend.PartCertificates).Reason)
 	assert.Zero(t, backend.CAExpiry(ref, backend.CAPrevious), "no previous CA any more")
 	assert.NotEqual(t, trust, get(t, &appsv1.StatefulSet{}, ns, NameEtcd).Spec.Template.Annotations[AnnotationTrust], "etcd rolls to drop the old CA")
+}
+
+// awaitCAPhase ensures cl until its cluster CA is in phase, and returns the CA and the last State.
+func (h *harness) awaitCAPhase(t *testing.T, cl *clustersv1alpha1.Cluster, phase certs.RotationPhase, within time.Duration) (*rotatingCA, backend.State) {
+	t.Helper()
+	var ca *rotatingCA
+	var st backend.State
+	require.Eventually(t, func() bool {
+		st = h.ensure(t, cl)
+		ca = readCASecret(t, NamespaceFor(cl.UID), SecretCA)
+		return ca.rotation.Phase == phase
+	}, within, 200*time.Millisecond, "the cluster CA in phase %q", phase)
+	return ca, st
 }
 
 // readCASecret reads the CA of Secret name of namespace ns.

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
@@ -43,20 +42,7 @@ func TestHostedCARotationOnKind(t *testing.T) {
 	ctx := context.Background()
 	withOperatorArgs(t, c, "--ca-validity=6m", "--ca-renew-before=3m")
 
-	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-carotation-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rotated"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-	})
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-		assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
-	}, 5*time.Minute, poll, "Ready")
+	cl := readyHostedCluster(t, c, pc, "hosted-carotation-", "rotated")
 	_, err := hostedAdmin(t, c, cl).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	copied := tokenClient(t, c, cl) // its kubeconfig read once: the old CA alone

@@ -260,10 +260,17 @@ func apiServerMessage(cl *clustersv1alpha1.Cluster) string {
 // (prefix) of pc, deleted with its snapshots at the end of t, and waits until it is Ready.
 func hostedHACluster(t *testing.T, c client.Client, pc *providersv1alpha1.ProviderConfig, prefix, name string) *clustersv1alpha1.Cluster {
 	t.Helper()
-	ctx := context.Background()
 	pc = pc.DeepCopy()
 	pc.Spec.Hosted.HighAvailability = true
-	profile, ns := hostedProfile(t, c, pc, prefix)
+	return readyHostedCluster(t, c, pc, prefix, name)
+}
+
+// readyHostedCluster makes a hosted Cluster name in a new profile and namespace (prefix) of pc,
+// deleted with its snapshots at the end of t, and waits until it is Ready.
+func readyHostedCluster(t *testing.T, c client.Client, pc *providersv1alpha1.ProviderConfig, prefix, name string) *clustersv1alpha1.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	profile, ns := hostedProfile(t, c, pc.DeepCopy(), prefix)
 	cl := &clustersv1alpha1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
@@ -277,6 +284,6 @@ func hostedHACluster(t *testing.T, c client.Client, pc *providersv1alpha1.Provid
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
 		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
-	}, 6*time.Minute, poll, "the highly available Cluster is Ready")
+	}, 6*time.Minute, poll, "Cluster %s is Ready", name)
 	return cl
 }

@@ -12,12 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
-	"github.com/openmcp-local/cluster-provider/api/common"
 	"github.com/openmcp-local/cluster-provider/backend/hosted"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
@@ -34,20 +32,7 @@ func TestHostedRenewalOnKind(t *testing.T) {
 
 	withOperatorArgs(t, c, "--certificate-validity=10m", "--certificate-renew-before=9m")
 
-	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-renewal-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "renewed"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() {
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-	})
-	require.EventuallyWithT(t, func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-		assert.Equal(ct, common.PhaseReady, cl.Status.Phase)
-	}, 5*time.Minute, poll, "Ready")
+	cl := readyHostedCluster(t, c, pc, "hosted-renewal-", "renewed")
 	user := tokenClient(t, c, cl)
 
 	hns := hosted.NamespaceFor(cl.UID)
