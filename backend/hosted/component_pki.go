@@ -29,7 +29,6 @@ func (pkiComponent) step(ctx context.Context, sc *scope) (result, error) {
 	ref := backend.RefOf(sc.cl)
 	backend.RecordCertificates(ref, p.NotAfter)
 	backend.RecordCAs(ref, p.caEnds())
-	sc.st.SetPart(p.certificatesPart(time.Now()))
 	s.Certificates, s.Trust = p.Checksum, p.Trust
 	sc.pki = p
 	sc.admin = adminConfig(h, s.Namespace, sc.external, p)

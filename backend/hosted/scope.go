@@ -137,6 +137,9 @@ func (sc *scope) state() backend.State {
 		etcd.Type = backend.PartEtcd
 		st.SetPart(*etcd)
 	}
+	if sc.pki != nil {
+		st.SetPart(sc.pki.certificatesPart(time.Now()))
+	}
 	endpoint := exposure(sc.s, sc.settings, ps.ExternalHost, sc.pc.Name)
 	endpoint.Type = backend.PartEndpoint
 	st.SetPart(*endpoint)
