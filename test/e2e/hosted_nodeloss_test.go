@@ -285,7 +285,7 @@ func restoreAsDocumented(t *testing.T, kubeconfig string, cl *clustersv1alpha1.C
 	run("-n", hosted.BackupNamespace, "delete", "pvc", "snapshots-"+ns)
 	// 3. etcd's claim and pod of the lost member.
 	run("-n", ns, "delete", "pvc", "data-etcd-0", "--wait=false")
-	run("-n", ns, "delete", "pod", "etcd-0", "--force", "--grace-period=0")
+	run("-n", ns, "delete", "pod", "etcd-0", "--force", "--grace-period=0", "--ignore-not-found")
 	// 4. Pick the snapshot from the list (the store's, the claim gone) and restore in place.
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		out, err := kubectl(t, kubeconfig, "-n", cl.Namespace, "get", "cluster", cl.Name, "-o", `jsonpath={range .status.providerStatus.backups[*]}{.name}{"\n"}{end}`)
