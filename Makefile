@@ -173,9 +173,9 @@ kind-smoke: ## Check that the Docker engine runs systemd as PID 1 in a container
 	hack/kind-smoke.sh
 
 .PHONY: e2e-kind
-e2e-kind: docker-check kind-image image controlplane-image controlplane-image-prev ## kind platform from the offline node image, deploy, scenario suite; the hosted backend (an upgrade among its tests); then the kind backend (needs a Docker engine).
+e2e-kind: docker-check kind-image image controlplane-image controlplane-image-prev $(S3SERVER) ## kind platform from the offline node image, deploy, scenario suite; the hosted backend (an upgrade among its tests, a node lost last); then the kind backend (needs a Docker engine).
 	IMAGE=$(IMAGE) KIND_NODE_IMAGE=$(KIND_NODE_IMAGE) CONTROLPLANE_IMAGE=$(CONTROLPLANE_IMAGE) CONTROLPLANE_PREV_IMAGE=$(CONTROLPLANE_PREV_IMAGE) \
-	  KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) hack/e2e-kind.sh
+	  KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) S3_SERVER_BINARY=$(S3SERVER) hack/e2e-kind.sh
 
 ##@ Tools
 

@@ -2,8 +2,8 @@
 // node image has none: for each claim of StorageClass --class that the scheduler has placed on a
 // node (WaitForFirstConsumer), it makes a folder in that node's container (docker exec) and a
 // local PersistentVolume there for the claim; when a claim is deleted, it removes the folder and
-// the volume (reclaim policy Delete). It runs on the machine next to the kind cluster, for as long
-// as the test does.
+// the volume (reclaim policy Delete; only the volume when its node is gone). It runs on the
+// machine next to the kind cluster, for as long as the test does.
 //
 //	go run ./hack/localprovisioner --kubeconfig FILE [--class hosted-local]
 package main
@@ -142,11 +142,25 @@ func (p *provisioner) volume(ctx context.Context, req reconcile.Request) (reconc
 	}
 	node := pv.Spec.NodeAffinity.Required.NodeSelectorTerms[0].MatchExpressions[0].Values[0]
 	if out, err := exec.CommandContext(ctx, "docker", "exec", node, "rm", "-rf", pv.Spec.Local.Path).CombinedOutput(); err != nil {
-		return reconcile.Result{}, fmt.Errorf("removing %s on node %s: %v: %s", pv.Spec.Local.Path, node, err, out)
+		// A node that is gone (its container removed and the Node deleted: TestHostedNodeLossOnKind)
+		// took the folder with it; only the volume is left to delete.
+		if gone, gerr := p.nodeGone(ctx, node); gerr != nil || !gone {
+			return reconcile.Result{}, fmt.Errorf("removing %s on node %s: %v: %s", pv.Spec.Local.Path, node, err, out)
+		}
+		ctrl.LoggerFrom(ctx).Info("The volume's node is gone, and its folder with it", "volume", pv.Name, "node", node)
 	}
 	if err := p.c.Delete(ctx, pv); client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleted", "volume", pv.Name, "node", node)
 	return reconcile.Result{}, nil
+}
+
+// nodeGone reports whether the cluster has no Node named node.
+func (p *provisioner) nodeGone(ctx context.Context, node string) (bool, error) {
+	err := p.c.Get(ctx, client.ObjectKey{Name: node}, &corev1.Node{})
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	return false, err
 }

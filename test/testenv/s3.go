@@ -52,6 +52,29 @@ var (
 // is skipped, or fails under CI (MissingTool).
 func S3(t testing.TB) (*S3Server, string) {
 	t.Helper()
+	bin := s3Binary(t)
+	s3Mu.Lock()
+	defer s3Mu.Unlock()
+	if s3Server == nil {
+		s3Server = mustStartS3(t, bin, "127.0.0.1")
+	}
+	return s3Server, s3Server.newBucket(t)
+}
+
+// S3On starts an S3 server of t's own on ip, an address of this machine that others reach it at
+// (the gateway of kind's Docker network: the pods of a kind cluster reach this machine there),
+// stopped with its data when t ends, and makes a new empty bucket on it. Without the binary the
+// test is skipped, or fails under CI, as with S3.
+func S3On(t testing.TB, ip string) (*S3Server, string) {
+	t.Helper()
+	s := mustStartS3(t, s3Binary(t), ip)
+	t.Cleanup(s.stop)
+	return s, s.newBucket(t)
+}
+
+// s3Binary is the weed binary EnvS3Server names; without it t is skipped, or fails under CI.
+func s3Binary(t testing.TB) string {
+	t.Helper()
 	bin := os.Getenv(EnvS3Server)
 	if bin == "" {
 		MissingTool(t, "SeaweedFS's weed (make s3server; "+EnvS3Server+" names it)", errors.New(EnvS3Server+" is not set"))
@@ -59,24 +82,33 @@ func S3(t testing.TB) (*S3Server, string) {
 	if _, err := os.Stat(bin); err != nil {
 		MissingTool(t, "SeaweedFS's weed (make s3server)", err)
 	}
-	s3Mu.Lock()
-	defer s3Mu.Unlock()
-	if s3Server == nil {
-		var err error
-		for try := 0; try < 3 && s3Server == nil; try++ { // a free port taken meanwhile: again
-			s3Server, err = startS3(bin)
-		}
-		if s3Server == nil {
-			t.Fatalf("starting the S3 server: %v", err)
+	return bin
+}
+
+// mustStartS3 starts a server of bin on ip, trying again when a free port was taken meanwhile.
+func mustStartS3(t testing.TB, bin, ip string) *S3Server {
+	t.Helper()
+	var err error
+	for try := 0; try < 3; try++ {
+		var s *S3Server
+		if s, err = startS3(bin, ip); err == nil {
+			return s
 		}
 	}
+	t.Fatalf("starting the S3 server on %s: %v", ip, err)
+	return nil
+}
+
+// newBucket makes a new empty bucket for t.
+func (s *S3Server) newBucket(t testing.TB) string {
+	t.Helper()
 	bucket := "t-" + randomHex(8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s3Server.client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
+	if err := s.client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{}); err != nil {
 		t.Fatalf("making bucket %s: %v", bucket, err)
 	}
-	return s3Server, bucket
+	return bucket
 }
 
 // StopS3 stops the package's S3 server, if it was started, and removes its data.
@@ -104,9 +136,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// startS3 starts `weed server -s3` on free ports of 127.0.0.1 and waits until its S3 API makes a
+// startS3 starts `weed server -s3` on free ports of ip and waits until its S3 API makes a
 // bucket; it is stopped (and its folder removed) when it does not within two minutes.
-func startS3(bin string) (*S3Server, error) {
+func startS3(bin, ip string) (*S3Server, error) {
 	dir, err := os.MkdirTemp("", "s3server-")
 	if err != nil {
 		return nil, err
@@ -123,12 +155,12 @@ func startS3(bin string) (*S3Server, error) {
 	if err := os.WriteFile(filepath.Join(dir, "s3.json"), config, 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(8)
+	ports, err := freePorts(ip, 8)
 	if err != nil {
 		return nil, err
 	}
-	s.Endpoint = "127.0.0.1:" + strconv.Itoa(ports[6])
-	args := []string{"server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-dir=" + filepath.Join(dir, "data"),
+	s.Endpoint = net.JoinHostPort(ip, strconv.Itoa(ports[6]))
+	args := []string{"server", "-ip=" + ip, "-ip.bind=" + ip, "-dir=" + filepath.Join(dir, "data"),
 		"-master.volumeSizeLimitMB=64", "-volume.max=16", "-filer", "-s3", "-s3.config=" + filepath.Join(dir, "s3.json"),
 		"-master.port=" + strconv.Itoa(ports[0]), "-master.port.grpc=" + strconv.Itoa(ports[1]),
 		"-volume.port=" + strconv.Itoa(ports[2]), "-volume.port.grpc=" + strconv.Itoa(ports[3]),
@@ -186,11 +218,11 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// freePorts are n distinct TCP ports of 127.0.0.1 that nothing listens on now.
-func freePorts(n int) ([]int, error) {
+// freePorts are n distinct TCP ports of ip that nothing listens on now.
+func freePorts(ip string, n int) ([]int, error) {
 	var out []int
 	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
 			return nil, err
 		}
