@@ -238,7 +238,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 60m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 75m
 # Last on the platform: the drill loses a worker for good.
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" S3_SERVER_BINARY="$S3_SERVER_BINARY" \
