@@ -15,7 +15,6 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/authconfig"
-	"github.com/openmcp-local/cluster-provider/backend/certs"
 )
 
 // authnKey is the key of the authentication configuration in its ConfigMap.
@@ -72,8 +71,8 @@ func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster,
 			return nil, err
 		}
 	}
-	p := &pki{ca: &certs.CA{CertPEM: admin.Data["ca.crt"]}, AdminCert: admin.Data["tls.crt"], AdminKey: admin.Data["tls.key"]}
-	return adminConfig(h, ns, external, p), nil
+	// The admin Secret's ca.crt is the cluster CA's trust bundle (ensureLeaf).
+	return adminConfig(h, ns, external, admin.Data["ca.crt"], admin.Data["tls.crt"], admin.Data["tls.key"]), nil
 }
 
 // SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the

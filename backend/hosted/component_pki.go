@@ -31,7 +31,7 @@ func (pkiComponent) step(ctx context.Context, sc *scope) (result, error) {
 	backend.RecordCAs(ref, p.caEnds())
 	s.Certificates, s.Trust = p.Checksum, p.Trust
 	sc.pki = p
-	sc.admin = adminConfig(h, s.Namespace, sc.external, p)
+	sc.admin = adminConfig(h, s.Namespace, sc.external, p.cluster.bundle(), p.AdminCert, p.AdminKey)
 	b.mu.Lock()
 	b.admin[sc.cl.UID] = sc.admin
 	b.mu.Unlock()
@@ -80,8 +80,8 @@ func (p *pki) certificatesPart(now time.Time) backend.Part {
 
 // adminConfig is the operator's rest.Config for a control plane: the internal endpoint when the
 // operator runs in the host cluster, else the external one.
-func adminConfig(h *host, namespace, external string, p *pki) *rest.Config {
-	cfg := &rest.Config{Host: external, TLSClientConfig: rest.TLSClientConfig{CAData: p.cluster.bundle(), CertData: p.AdminCert, KeyData: p.AdminKey},
+func adminConfig(h *host, namespace, external string, caBundle, cert, key []byte) *rest.Config {
+	cfg := &rest.Config{Host: external, TLSClientConfig: rest.TLSClientConfig{CAData: caBundle, CertData: cert, KeyData: key},
 		QPS: -1, Timeout: 30 * time.Second}
 	if h.internal {
 		cfg.Host = internalURL(namespace)
