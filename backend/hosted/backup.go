@@ -131,7 +131,7 @@ func (b *Backend) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 		return backend.Snapshot{}, fmt.Errorf("recording the encryption keys snapshot %s needs: %w", res.Snapshot.Name, err)
 	}
 	b.opts.Logger.Info("Took a snapshot of a hosted etcd", "cluster", backend.RefOf(cl).String(), "snapshot", res.Snapshot.Name, "bytes", res.Snapshot.Size, "member", res.Member,
-		"uploaded", res.Uploaded, "removedFromStore", res.RemovedFromStore)
+		"uploaded", res.Uploaded, "uploadedLate", res.UploadedLate, "removedFromStore", res.RemovedFromStore)
 	if storeErr != nil {
 		return *res.Snapshot, errors.Join(backend.Errorf(backend.ReasonBackupUnavailable,
 			"snapshot %s was taken and is kept on the claim, but the object store failed: %v", res.Snapshot.Name, storeErr), t.drop(ctx, nil))
@@ -213,9 +213,11 @@ type snapshotResult struct {
 	// RemovedForSpace are those of Removed taken out before the save, beyond the policy, for room.
 	RemovedForSpace []string `json:"removedForSpace,omitempty"`
 	Error           string   `json:"error,omitempty"`
-	// Uploaded: the snapshot went to the object store too; RemovedFromStore are those the
-	// retention removed from it.
+	// Uploaded: the snapshot went to the object store too; UploadedLate are the earlier ones of
+	// the claim the store lacked (an earlier Job could not upload them), uploaded with it;
+	// RemovedFromStore are those the retention removed from it.
 	Uploaded         bool     `json:"uploaded,omitempty"`
+	UploadedLate     []string `json:"uploadedLate,omitempty"`
 	RemovedFromStore []string `json:"removedFromStore,omitempty"`
 	// Member is the etcd member the snapshot was taken from: one in the quorum.
 	Member string `json:"member,omitempty"`

@@ -29,11 +29,13 @@ import (
 // planes upload each verified snapshot, encrypted, with its record and the encryption keys it
 // needs, to the S3-compatible object store (cmd/etcd-snapshot save --store-…; backend/objectstore,
 // the local backend's layout: <prefix>/<Cluster namespace>/<Cluster UID>/<snapshot>.…), and prune
-// it with the same retention. The store's credentials (the Secret of the operator's namespace the
-// ProviderConfig names) are copied into the Job's own Secret in BackupNamespace, which the Job
-// owns (deleted with it), and mounted into its pod only; a NetworkPolicy of BackupNamespace lets
-// the Cluster's snapshot Jobs reach the store's port. Snapshots lists the store's catalog
-// (the operator reaches the store itself) merged with the claim's ConfigMap.
+// it with the same retention; a snapshot of the claim the store lacks (its Job could not upload
+// it) goes with the next Job's (objectstore.Catalog.Sync). The store's credentials (the Secret of
+// the operator's namespace the ProviderConfig names) are copied into the Job's own Secret in
+// BackupNamespace, which the Job owns (deleted with it), and mounted into its pod only; a
+// NetworkPolicy of BackupNamespace lets the Cluster's snapshot Jobs reach the store's port.
+// Snapshots lists the store's catalog (the operator reaches the store itself) merged with the
+// claim's ConfigMap.
 
 const (
 	// storeMount is where the snapshot Jobs find the store's credentials.

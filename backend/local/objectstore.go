@@ -91,38 +91,24 @@ func (v *Bound) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, rete
 
 // sync uploads the snapshots of cl in the state folder that the store lacks, newest first, and
 // then removes from the store those the ProviderConfig's retention lets go (the same policy as the
-// state folder's; the newest is never removed).
+// state folder's; the newest is never removed): objectstore.Catalog.Sync.
 func (v *Bound) sync(ctx context.Context, cat *objectstore.Catalog, cl *clustersv1alpha1.Cluster, retention backend.Retention) error {
 	local, err := v.snapshots(cl.UID)
 	if err != nil {
 		return err
 	}
-	remote, err := cat.List(ctx, cl.Namespace, cl.UID)
-	if err != nil && remote == nil {
-		return err
-	}
-	for _, s := range local {
-		if s.Namespace != cl.Namespace || slices.ContainsFunc(remote, func(r backend.Snapshot) bool { return r.Name == s.Name }) {
-			continue // a record from before namespaces were recorded stays local
-		}
+	source := func(s backend.Snapshot) (string, []byte, error) {
 		keys, err := v.keptFor(s)
 		if err != nil {
-			return fmt.Errorf("reading the encryption keys snapshot %s needs: %w", s.Name, err)
+			return "", nil, fmt.Errorf("reading the encryption keys snapshot %s needs: %w", s.Name, err)
 		}
-		if err := cat.Upload(ctx, s, v.store(Binaries{}).File(s.Cluster, s.Name), keys); err != nil {
-			return fmt.Errorf("uploading snapshot %s: %w", s.Name, err)
-		}
-		v.log.Info("Uploaded a snapshot to the object store, encrypted", "cluster", cl.Namespace+"/"+cl.Name, "snapshot", s.Name)
-		remote = append(remote, s)
+		return v.store(Binaries{}).File(s.Cluster, s.Name), keys, nil
 	}
-	snapshots.Sort(remote)
-	var errs []error
-	for _, s := range retention.Prune(remote, time.Now()) {
-		if err := cat.Remove(ctx, s); err != nil {
-			errs = append(errs, err)
-		}
+	done, err := cat.Sync(ctx, cl.Namespace, cl.UID, local, source, retention, time.Now())
+	for _, name := range done.Uploaded {
+		v.log.Info("Uploaded a snapshot to the object store, encrypted", "cluster", cl.Namespace+"/"+cl.Name, "snapshot", name)
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // keptFor is the JSON of the encryption keys snapshot s needs (encryption.Kept), as kept beside

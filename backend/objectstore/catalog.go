@@ -120,7 +120,8 @@ func (c Catalog) put(ctx context.Context, key string, r io.Reader) error {
 
 // List lists the snapshots of the Cluster with uid in namespace, newest first: the records under
 // <namespace>/<uid>/ whose sealed snapshot is there too. A record that does not read is skipped
-// and named in the error, with the others listed.
+// and named in the error, with the others listed; the list is nil only when the store did not
+// list (an empty folder is an empty list).
 func (c Catalog) List(ctx context.Context, namespace string, uid types.UID) ([]backend.Snapshot, error) {
 	objs, err := c.Store.List(ctx, dir(namespace, uid))
 	if err != nil {
@@ -132,7 +133,7 @@ func (c Catalog) List(ctx context.Context, namespace string, uid types.UID) ([]b
 			sealed[name] = true
 		}
 	}
-	var out []backend.Snapshot
+	out := []backend.Snapshot{}
 	var errs []error
 	for _, o := range objs {
 		name, ok := strings.CutSuffix(path.Base(o.Key), RecordSuffix)

@@ -11,6 +11,9 @@
 // The namespace in the path is a tenant wall: a Cluster lists and fetches only under its own
 // namespace, so a snapshot of another namespace's Cluster is never found. A record names the
 // SHA-256 of the plaintext: what is fetched is decrypted and checked against it before it is
-// used. This package neither takes nor restores snapshots (backend/snapshots does) and reads no
-// Kubernetes object: its caller passes the settings and the Secret's values.
+// used. Catalog.Sync is how both backends upload: after each snapshot, every snapshot kept beside
+// the cluster (the local state folder, the hosted claim) that the store lacks, newest first, and
+// then the store pruned with the retention. This package neither takes nor restores snapshots
+// (backend/snapshots does) and reads no Kubernetes object: its caller passes the settings and the
+// Secret's values.
 package objectstore

@@ -275,3 +275,62 @@ func TestCatalog(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, objs, 2, "s2's sealed snapshot and record are left: %v", objs)
 }
+
+// TestCatalogSync: Sync uploads the snapshots kept beside the cluster that the store lacks,
+// newest first, and prunes the store with the retention over both; it never uploads one the
+// retention would remove at once, leaves one of another namespace alone, and an upload that
+// fails ends it with nothing removed.
+func TestCatalogSync(t *testing.T) {
+	s := newStore(t, "sync")
+	c := Catalog{Store: s, Key: newKey(t), Records: &Records{}}
+	ctx, dir, uid := t.Context(), t.TempDir(), types.UID(uuid.NewUUID())
+	files := map[string]string{}
+	snap := func(namespace, name string) backend.Snapshot {
+		file, rec := snapshotFile(t, dir, namespace, uid, name, 1000)
+		files[name] = file
+		return rec
+	}
+	s0, s1, s2, s3 := snap("team-a", "20261127T090000Z"), snap("team-a", "20261127T100000Z"), snap("team-a", "20261127T110000Z"), snap("team-a", "20261127T120000Z")
+	unrecorded := snap("", "20261127T130000Z")
+	require.NoError(t, c.Upload(ctx, s0, files[s0.Name], nil), "in the store only: its claim lost")
+	var asked []string
+	source := func(x backend.Snapshot) (string, []byte, error) {
+		asked = append(asked, x.Name)
+		return files[x.Name], []byte(`{"keys":[]}`), nil
+	}
+	names := func() []string {
+		listed, err := c.List(ctx, "team-a", uid)
+		require.NoError(t, err)
+		var out []string
+		for _, x := range listed {
+			out = append(out, x.Name)
+		}
+		return out
+	}
+	now := s3.Taken.Add(time.Hour)
+
+	done, err := c.Sync(ctx, "team-a", uid, []backend.Snapshot{s1, s3, unrecorded, s2}, source, backend.KeepNewest(3), now)
+	require.NoError(t, err)
+	assert.Equal(t, Synced{Uploaded: []string{s3.Name, s2.Name, s1.Name}, Removed: []string{s0.Name}}, done)
+	assert.Equal(t, []string{s3.Name, s2.Name, s1.Name}, names())
+	keys, err := c.Keys(ctx, s1)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"keys":[]}`, string(keys), "the source's keys went with it")
+
+	done, err = c.Sync(ctx, "team-a", uid, []backend.Snapshot{s1, s2, s3}, source, backend.KeepNewest(2), now)
+	require.NoError(t, err)
+	assert.Equal(t, Synced{Removed: []string{s1.Name}}, done, "nothing the store lacks; the oldest goes")
+	asked = nil
+	done, err = c.Sync(ctx, "team-a", uid, []backend.Snapshot{s1, s2, s3}, source, backend.KeepNewest(2), now)
+	require.NoError(t, err)
+	assert.Equal(t, Synced{}, done)
+	assert.Empty(t, asked, "the retention removes s1 from the store: it is not uploaded again")
+
+	s4 := snap("team-a", "20261127T140000Z")
+	failing := func(x backend.Snapshot) (string, []byte, error) { return filepath.Join(dir, "missing.db"), nil, nil }
+	done, err = c.Sync(ctx, "team-a", uid, []backend.Snapshot{s2, s3, s4}, failing, backend.KeepNewest(1), now)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "uploading snapshot "+s4.Name)
+	assert.Equal(t, Synced{}, done)
+	assert.Equal(t, []string{s3.Name, s2.Name}, names(), "nothing removed after a failed upload")
+}

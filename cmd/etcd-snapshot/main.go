@@ -6,7 +6,9 @@
 //	    makes room on a full D first (backend.Retention.MakeRoom), takes a snapshot into D/UID/
 //	    (backend/snapshots: etcdctl, checked with etcdutl, SHA-256 recorded), removes those the
 //	    retention (backend.Retention) removes, and writes what it did as JSON to --result (the
-//	    container's termination message, which the backend reads). With --member, from the
+//	    container's termination message, which the backend reads). With --store-endpoint, it
+//	    uploads the snapshot, and those of D/UID/ the store lacks (an earlier upload failed),
+//	    encrypted, and prunes the store with the same retention. With --member, from the
 //	    member in the quorum (etcdmaint.Pick: the healthy leader, never one cut off from its
 //	    peers), named in the result; none in the quorum: no snapshot, and nothing removed.
 //	etcd-snapshot serve --dir D --cluster UID --name NAME --token-file F --tls-cert C --tls-key K
@@ -67,6 +69,9 @@ type Result struct {
 	RemovedForSpace []string `json:"removedForSpace,omitempty"`
 	// Uploaded: save uploaded the snapshot to the object store (--store-endpoint).
 	Uploaded bool `json:"uploaded,omitempty"`
+	// UploadedLate are the earlier snapshots of the folder that save uploaded, newest first: the
+	// store lacked them (an earlier save could not upload them).
+	UploadedLate []string `json:"uploadedLate,omitempty"`
 	// RemovedFromStore are the snapshots save removed from the object store (the retention).
 	RemovedFromStore []string `json:"removedFromStore,omitempty"`
 	// FromStore: serve fetched the snapshot from the object store, the folder lacking it.
@@ -175,7 +180,7 @@ func save(ctx context.Context, args []string) error {
 	if cat != nil {
 		up := saved.Snapshot
 		up.Namespace = sf.namespace
-		res.Uploaded, res.RemovedFromStore, err = upload(ctx, cat, up, s.File(up.Cluster, up.Name), *keysFile, r)
+		err = upload(ctx, cat, s, up, *keysFile, r, &res)
 	}
 	return writeResult(*result, res, err)
 }

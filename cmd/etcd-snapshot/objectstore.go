@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -85,35 +86,50 @@ func (f *storeFlags) catalog() (*objectstore.Catalog, error) {
 	return &objectstore.Catalog{Store: st, Key: key}, nil
 }
 
-// upload puts snapshot s (file), with the encryption keys in keysFile ("" or missing: none),
-// into the store, and then removes from the store the snapshots of its Cluster the retention lets
-// go (never the newest). It returns whether s was uploaded and the names removed from the store.
-func upload(ctx context.Context, cat *objectstore.Catalog, s backend.Snapshot, file, keysFile string, r backend.Retention) (bool, []string, error) {
+// upload puts snapshot s, just taken into st, into the store, with the other snapshots of its
+// Cluster on the claim that the store lacks (an earlier save could not upload them), newest first,
+// and then removes from the store the snapshots the retention lets go (never the newest):
+// objectstore.Catalog.Sync, as the local backend does. Each goes with the encryption keys in
+// keysFile ("" or missing: none): every key kept beside the claim's snapshots when the Job started,
+// among them those each of them needs (the backend records what a snapshot needs when its Job
+// ends, before the next starts); unlike the local backend's, they are not narrowed to what each
+// needs. It sets res's Uploaded, UploadedLate and RemovedFromStore.
+func upload(ctx context.Context, cat *objectstore.Catalog, st snapshots.Store, s backend.Snapshot, keysFile string, r backend.Retention, res *Result) error {
 	var keys []byte
 	if keysFile != "" {
 		data, err := os.ReadFile(keysFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return false, nil, fmt.Errorf("reading the encryption keys to upload with the snapshot: %w", err)
+			return fmt.Errorf("snapshot %s was taken and kept on the claim, but not uploaded to the object store: reading the encryption keys to upload with it: %w", s.Name, err)
 		}
 		keys = data
 	}
-	if err := cat.Upload(ctx, s, file, keys); err != nil {
-		return false, nil, fmt.Errorf("snapshot %s was taken and kept on the claim, but not uploaded to the object store: %w", s.Name, err)
+	claim, err := st.List(s.Cluster)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "listing the snapshots on the claim, to upload those the object store lacks: %v\n", err)
 	}
-	remote, err := cat.List(ctx, s.Namespace, s.Cluster)
-	if err != nil && remote == nil {
-		return true, nil, fmt.Errorf("listing the object store after the upload of %s: %w", s.Name, err)
+	if !slices.ContainsFunc(claim, func(x backend.Snapshot) bool { return x.Name == s.Name }) {
+		claim = append(claim, s) // the folder did not list: the one just taken goes all the same
 	}
-	var removed []string
-	var errs []error
-	for _, old := range r.Prune(remote, time.Now()) {
-		if err := cat.Remove(ctx, old); err != nil {
-			errs = append(errs, err)
-			continue
+	for i := range claim {
+		claim[i].Namespace = s.Namespace // the claim's records have none: their Cluster's
+	}
+	source := func(x backend.Snapshot) (string, []byte, error) { return st.File(x.Cluster, x.Name), keys, nil }
+	done, err := cat.Sync(ctx, s.Namespace, s.Cluster, claim, source, r, time.Now())
+	for _, name := range done.Uploaded {
+		if name == s.Name {
+			res.Uploaded = true
+		} else {
+			res.UploadedLate = append(res.UploadedLate, name)
 		}
-		removed = append(removed, old.Name)
 	}
-	return true, removed, errors.Join(errs...)
+	res.RemovedFromStore = done.Removed
+	switch {
+	case err == nil:
+		return nil
+	case !res.Uploaded:
+		return fmt.Errorf("snapshot %s was taken and kept on the claim, but not uploaded to the object store: %w", s.Name, err)
+	}
+	return fmt.Errorf("snapshot %s was uploaded to the object store, and then: %w", s.Name, err)
 }
 
 // fetchFromStore brings snapshot name of the Cluster uid from the store into st, decrypted and

@@ -22,6 +22,7 @@ import (
 
 	"github.com/openmcp-local/cluster-provider/backend/certs"
 	"github.com/openmcp-local/cluster-provider/backend/objectstore"
+	"github.com/openmcp-local/cluster-provider/backend/snapshots"
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -53,6 +54,38 @@ func readResult(t *testing.T, file string) Result {
 	return r
 }
 
+// storeEnv starts what a save to the object store needs: one etcd member (its client URL is
+// returned), the envtest assets' etcdctl and etcdutl as the tools, and a new bucket of the
+// package's S3 server.
+func storeEnv(t *testing.T) (assets, endpoint string, srv *testenv.S3Server, bucket string) {
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		testenv.MissingTool(t, "the envtest assets (etcd, etcdctl, etcdutl: make envtest)", err)
+	}
+	srv, bucket = testenv.S3(t)
+	t.Setenv("ETCD_TOOLS", assets)
+	return assets, etcd(t, assets), srv, bucket
+}
+
+// writeKeys writes the encryption keys a save uploads with its snapshot, and returns the file and
+// what it holds.
+func writeKeys(t *testing.T) (string, []byte) {
+	file := filepath.Join(t.TempDir(), "keys.json")
+	keys := []byte(`{"keys":[{"name":"k1"}]}`)
+	require.NoError(t, os.WriteFile(file, keys, 0o600))
+	return file, keys
+}
+
+// objectKeys lists the keys of every object in bucket.
+func objectKeys(t *testing.T, srv *testenv.S3Server, bucket string) []string {
+	var out []string
+	for o := range srv.Client().ListObjects(t.Context(), bucket, minio.ListObjectsOptions{Recursive: true}) {
+		require.NoError(t, o.Err)
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // TestSaveServeObjectStore: with the object store's flags, save uploads the snapshot it took to a
 // real S3 server (SeaweedFS), encrypted (the object is not the snapshot's plaintext), with its
 // record (listed by the store's catalog, in the Cluster's namespace) and its encryption keys, and
@@ -60,14 +93,8 @@ func readResult(t *testing.T, file string) Result {
 // it from the store, checks it and serves it, and restore makes an etcd data folder of it. With
 // another encryption key, serve refuses the snapshot.
 func TestSaveServeObjectStore(t *testing.T) {
-	assets, err := testenv.AssetsDir()
-	if err != nil {
-		testenv.MissingTool(t, "the envtest assets (etcd, etcdctl, etcdutl: make envtest)", err)
-	}
-	srv, bucket := testenv.S3(t)
-	t.Setenv("ETCD_TOOLS", assets)
+	assets, endpoint, srv, bucket := storeEnv(t)
 	ctx := context.Background()
-	endpoint := etcd(t, assets)
 	const marker = "a value only the snapshot holds 7f3a9c"
 	out, err := exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+endpoint, "put", "/registry/marker", marker).CombinedOutput()
 	require.NoError(t, err, "%s", out)
@@ -75,9 +102,7 @@ func TestSaveServeObjectStore(t *testing.T) {
 	creds, _ := credentialsDir(t, srv)
 	storeArgs := []string{"--store-endpoint=http://" + srv.Endpoint, "--store-bucket=" + bucket, "--store-prefix=team/prod",
 		"--store-insecure", "--store-path-style", "--store-credentials=" + creds, "--namespace=project-a"}
-	keysFile := filepath.Join(t.TempDir(), "keys.json")
-	keys := []byte(`{"keys":[{"name":"k1"}]}`)
-	require.NoError(t, os.WriteFile(keysFile, keys, 0o600))
+	keysFile, keys := writeKeys(t)
 	const uid = "4c1d2e3f-9f1d-4e55-8a3b-1c2d3e4f5a6b"
 	dir := t.TempDir()
 	var results []Result
@@ -94,13 +119,8 @@ func TestSaveServeObjectStore(t *testing.T) {
 	assert.Equal(t, []string{results[0].Snapshot.Name}, results[1].RemovedFromStore, "--keep 1 prunes the store too")
 
 	// The store holds the newest only, encrypted, under <prefix>/<namespace>/<uid>/.
-	var objects []string
-	for o := range srv.Client().ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {
-		require.NoError(t, o.Err)
-		objects = append(objects, o.Key)
-	}
 	base := "team/prod/project-a/" + uid + "/" + snap.Name
-	assert.ElementsMatch(t, []string{base + ".db.enc", base + ".keys.enc", base + ".json"}, objects)
+	assert.ElementsMatch(t, []string{base + ".db.enc", base + ".keys.enc", base + ".json"}, objectKeys(t, srv, bucket))
 	obj, err := srv.Client().GetObject(ctx, bucket, base+".db.enc", minio.GetObjectOptions{})
 	require.NoError(t, err)
 	sealed, err := io.ReadAll(obj)
@@ -172,4 +192,72 @@ func TestSaveServeObjectStore(t *testing.T) {
 	raw, err := os.ReadFile(serveResult)
 	require.NoError(t, err)
 	assert.False(t, strings.Contains(string(raw), otherKey) || strings.Contains(string(raw), srv.SecretAccessKey), "no credential in the result")
+}
+
+// TestSaveUploadsLate: a save whose object store does not answer fails after taking its snapshot,
+// which stays on the folder; the next save, the store answering, uploads its own and the one the
+// store lacks (newest first), each with its record and keys, and says so in its result: the late
+// one decrypts to the SHA-256 recorded when it was taken.
+func TestSaveUploadsLate(t *testing.T) {
+	assets, endpoint, srv, bucket := storeEnv(t)
+	ctx := context.Background()
+	out, err := exec.Command(filepath.Join(assets, "etcdctl"), "--endpoints="+endpoint, "put", "/registry/a", "b").CombinedOutput()
+	require.NoError(t, err, "%s", out) // an etcd never written to has revision 0, which save refuses
+	creds, _ := credentialsDir(t, srv)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := l.Addr().String() // nothing listens there once closed
+	require.NoError(t, l.Close())
+	keysFile, keys := writeKeys(t)
+	const uid = "7d2e4f60-1a2b-4c3d-9e8f-0a1b2c3d4e5f"
+	dir := t.TempDir()
+	saveTo := func(storeEndpoint string) (Result, error) {
+		file := filepath.Join(t.TempDir(), "result")
+		err := save(ctx, []string{"--dir=" + dir, "--cluster=" + uid, "--version=1.37.1", "--keep=3", "--result=" + file, "--keys-file=" + keysFile,
+			"--store-endpoint=http://" + storeEndpoint, "--store-bucket=" + bucket, "--store-insecure", "--store-path-style",
+			"--store-credentials=" + creds, "--namespace=project-a", "--", "--endpoints=" + endpoint})
+		return readResult(t, file), err
+	}
+
+	first, err := saveTo(closed)
+	require.Error(t, err, "the store does not answer")
+	assert.Contains(t, err.Error(), "kept on the claim, but not uploaded")
+	require.NotNil(t, first.Snapshot)
+	assert.False(t, first.Uploaded)
+	kept, err := store(dir).List(types.UID(uid))
+	require.NoError(t, err)
+	require.Len(t, kept, 1, "the snapshot stays on the folder")
+	assert.FileExists(t, store(dir).File(types.UID(uid), first.Snapshot.Name))
+
+	second, err := saveTo(srv.Endpoint)
+	require.NoError(t, err)
+	require.NotNil(t, second.Snapshot)
+	assert.True(t, second.Uploaded)
+	assert.Equal(t, []string{first.Snapshot.Name}, second.UploadedLate, "the snapshot the store lacked went late")
+	assert.Empty(t, second.RemovedFromStore)
+
+	var want []string
+	for _, name := range []string{first.Snapshot.Name, second.Snapshot.Name} {
+		base := "project-a/" + uid + "/" + name
+		want = append(want, base+".db.enc", base+".keys.enc", base+".json")
+	}
+	assert.ElementsMatch(t, want, objectKeys(t, srv, bucket))
+
+	sf := storeFlags{endpoint: "http://" + srv.Endpoint, bucket: bucket, insecure: true, pathStyle: true, credentials: creds, namespace: "project-a"}
+	cat, err := sf.catalog()
+	require.NoError(t, err)
+	listed, err := cat.List(ctx, "project-a", types.UID(uid))
+	require.NoError(t, err)
+	require.Len(t, listed, 2)
+	late := listed[1]
+	assert.Equal(t, first.Snapshot.Name, late.Name)
+	assert.Equal(t, first.Snapshot.SHA256, late.SHA256, "recorded as taken")
+	assert.Equal(t, "project-a", late.Namespace)
+	copied := filepath.Join(t.TempDir(), "late.db")
+	gotKeys, err := cat.Download(ctx, late, copied) // checks the SHA-256 of what it decrypts to
+	require.NoError(t, err)
+	assert.JSONEq(t, string(keys), string(gotKeys), "the keys went with the late one too")
+	sum, _, err := snapshots.SHA256(copied)
+	require.NoError(t, err)
+	assert.Equal(t, first.Snapshot.SHA256, sum)
 }
