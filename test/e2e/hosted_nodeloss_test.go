@@ -61,22 +61,9 @@ func TestHostedNodeLossOnKind(t *testing.T) {
 	ctx := context.Background()
 	pc = pc.DeepCopy()
 	store, bucket := nodeLossStore(t, c, pc)
-	profile, ns := hostedProfile(t, c, pc, "hosted-node-loss-")
-	cl := &clustersv1alpha1.Cluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "node-lost"},
-		Spec:       clustersv1alpha1.ClusterSpec{Profile: profile, Tenancy: clustersv1alpha1.TenancyExclusive},
-	}
-	require.NoError(t, c.Create(ctx, cl))
-	t.Cleanup(func() { // before the Secret and the store: a snapshot before the deletion needs both
-		_ = c.Delete(context.Background(), cl)
-		hostedGone(t, c, cl.UID)
-		dropSnapshots(c, cl)
-	})
-	ready := func(ct *assert.CollectT) {
-		require.NoError(ct, c.Get(ctx, client.ObjectKeyFromObject(cl), cl))
-		assert.Equal(ct, common.PhaseReady, cl.Status.Phase, "conditions: %+v", cl.Status.Conditions)
-	}
-	require.EventuallyWithT(t, ready, 5*time.Minute, poll, "Ready")
+	// Deleted before the Secret and the store (cleanups run last in, first out): a snapshot before
+	// the deletion needs both.
+	cl := readyHostedCluster(t, c, pc, "hosted-node-loss-", "node-lost")
 	endpoint := cl.Status.APIServer
 	admin := hostedAdmin(t, c, cl)
 	write := func(name string) {
