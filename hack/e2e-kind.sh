@@ -30,7 +30,7 @@
 #      $CONTROLPLANE_PREV_IMAGE upgraded in place to the current minor under a polling client, then
 #      a downgrade refused) and TestHostedRenewalOnKind (the operator with 10-minute certificates:
 #      a renewal rolls an API server under a polling client without a failed request) and
-#      TestHostedCARotationOnKind (the operator with CAs valid 6 minutes: the cluster CA and etcd's
+#      TestHostedCARotationOnKind (the operator with CAs valid 8 minutes: the cluster CA and etcd's
 #      rotated through an overlapping trust bundle, the API server and etcd rolled at each phase,
 #      under a client re-reading its kubeconfig without a failed request) and
 #      TestHostedHAOnKind (a highly available control plane: an etcd pod and an API server pod

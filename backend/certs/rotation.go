@@ -43,6 +43,12 @@ func (r Rotation) Advance(now, caEnd time.Time, life Lifetime) Rotation {
 	if now.Before(r.NextAt(caEnd, life)) {
 		return r
 	}
+	return r.Next(now)
+}
+
+// Next is r moved on to its next phase at now, whether or not its time has come (a backend that
+// rotates two CAs together moves the one that is a moment from its time with the other).
+func (r Rotation) Next(now time.Time) Rotation {
 	switch r.Phase {
 	case PhaseNone:
 		r.Phase, r.Since = PhaseTrusting, now

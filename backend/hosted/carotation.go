@@ -155,17 +155,16 @@ func (r *rotatingCA) move(to certs.Rotation, commonName string, life certs.Lifet
 	return nil
 }
 
-// settle says whether a rotation may leave its phase now: "" when it may, else what it waits for.
-type settle func() string
+// plan is where a CA's rotation goes from r, for a signing CA that ends at caEnd: r itself to
+// stay where it is.
+type plan func(r certs.Rotation, caEnd time.Time) certs.Rotation
 
 // ensureCA returns the CA in Secret name (commonName, valid for life's CAValidity), made when the
-// Secret does not exist. With hold set, it moves the CA's rotation on when its time has come
-// (certs.Rotation.Advance) and hold says nothing keeps it (a rotation starts without asking);
-// without, the rotation stays where it is. A Secret whose signing CA does not read stops here with
+// Secret does not exist. With next set, it moves the CA's rotation to where next says; without,
+// the rotation stays where it is. A Secret whose signing CA does not read stops here with
 // StateDamaged: every certificate and kubeconfig of the cluster depends on it.
-func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName string, life certs.Lifetime, hold settle) (*rotatingCA, string, error) {
+func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName string, life certs.Lifetime, next plan) (*rotatingCA, error) {
 	var out *rotatingCA
-	var held string
 	err := ensureSecret(ctx, c, s, name, func(cur map[string][]byte) (map[string][]byte, error) {
 		if cur == nil {
 			ca, err := certs.NewCAValid(commonName, life.Or().CAValidity)
@@ -182,8 +181,8 @@ func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName st
 				s.Namespace, name, commonName, err)
 		}
 		out = r
-		if to := r.rotation.Advance(time.Now(), r.ca.Cert.NotAfter, life); hold != nil && to != r.rotation {
-			if held = holdFor(r.rotation, hold); held == "" {
+		if next != nil {
+			if to := next(r.rotation, r.ca.Cert.NotAfter); to != r.rotation {
 				if err := r.move(to, commonName, life); err != nil {
 					return nil, err
 				}
@@ -196,20 +195,42 @@ func ensureCA(ctx context.Context, c client.Client, s *Spec, name, commonName st
 		return data, nil
 	})
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
+	// A leaf is issued anew by the next CA when it signs (certs.CA.Keep: signed by the signing CA),
+	// not by time: a leaf that ends with its CA is kept until then (no ReplacedAt), even while a
+	// rotation waits for the workloads past its time (issuing it again from the same CA would
+	// not make it last longer, and would roll the API servers at every reconcile).
 	out.ca.Lifetime = life
-	out.ca.ReplacedAt = out.rotation.ReplacedAt(out.ca.Cert.NotAfter, life)
-	return out, held, nil
+	return out, nil
 }
 
-// holdFor is what keeps a rotation in phase `from` (settle's answer), "" for a rotation that
-// starts: nothing runs with its bundle yet to wait for.
-func holdFor(from certs.Rotation, hold settle) string {
-	if from.Phase == certs.PhaseNone {
-		return ""
+// pairPlan is where the rotations of the cluster CA and etcd's go at now: a rotation whose time
+// has come moves on, and with it the other CA's when both are in the same phase (made together,
+// their times are a moment apart: moved apart, each would roll the workloads on its own). A
+// rotation leaves phase Trusting or Signing only when settled says nothing keeps it; held is what
+// did.
+func pairPlan(now time.Time, life certs.Lifetime, cluster, etcd *rotatingCA, settled func() string) (next plan, held *string) {
+	due := func(r *rotatingCA) bool { return !now.Before(r.rotation.NextAt(r.ca.Cert.NotAfter, life)) }
+	together := cluster.rotation.Phase == etcd.rotation.Phase && (due(cluster) || due(etcd))
+	phase := cluster.rotation.Phase
+	var why string
+	asked := false
+	next = func(r certs.Rotation, caEnd time.Time) certs.Rotation {
+		if !(together && r.Phase == phase) && now.Before(r.NextAt(caEnd, life)) {
+			return r
+		}
+		if r.Phase != certs.PhaseNone {
+			if !asked {
+				why, asked = settled(), true
+			}
+			if why != "" {
+				return r
+			}
+		}
+		return r.Next(now)
 	}
-	return hold()
+	return next, &why
 }
 
 // trustOf is the checksum of the trust bundles of the cluster CA and etcd's (Spec.Trust), empty

@@ -123,6 +123,7 @@ func TestCARotation(t *testing.T) {
 	assert.Positive(t, backend.CAExpiry(ref, backend.CANext), "the gauge has the next CA")
 
 	// Not rolled: held past the step, and said.
+	held := get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates]
 	stepEnd := trusting.rotation.Since.Add(life.CAStep() + time.Second)
 	for time.Now().Before(stepEnd) {
 		st = h.ensure(t, cl)
@@ -130,6 +131,8 @@ func TestCARotation(t *testing.T) {
 	}
 	st = h.ensure(t, cl)
 	assert.Contains(t, st.Part(backend.PartCertificates).Message, "waits for the API servers")
+	assert.Equal(t, held, get(t, &appsv1.Deployment{}, ns, NameAPIServer).Spec.Template.Annotations[AnnotationCertificates],
+		"while held, no leaf is issued again (the old CA would give it the same end) and nothing rolls")
 
 	// Rolled: Signing.
 	rolledOutNow(t, cl)
@@ -202,4 +205,39 @@ func kubeconfigCA(t *testing.T, ns string) []byte {
 	cfg, err := clientcmd.Load(get(t, &corev1.Secret{}, ns, SecretKCMKubeconf).Data["kubeconfig"])
 	require.NoError(t, err)
 	return cfg.Clusters["cluster"].CertificateAuthorityData
+}
+
+// TestPairPlan: the cluster CA and etcd's move together, each phase past Trusting only once the
+// workloads have settled.
+func TestPairPlan(t *testing.T) {
+	life := certs.Lifetime{CAValidity: 8 * time.Hour, CARenewBefore: 4 * time.Hour} // step 1h
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	ca := func(end time.Time, r certs.Rotation) *rotatingCA {
+		return &rotatingCA{ca: &certs.CA{Cert: &x509.Certificate{NotAfter: end}}, rotation: r}
+	}
+	trusting := func(since time.Time) certs.Rotation { return certs.Rotation{Phase: certs.PhaseTrusting, Since: since} }
+	for _, tc := range []struct {
+		name                  string
+		cluster, etcd         *rotatingCA
+		settled               string
+		wantCluster, wantEtcd certs.RotationPhase
+		held                  string
+	}{
+		{"neither due", ca(now.Add(5*time.Hour), certs.Rotation{}), ca(now.Add(5*time.Hour), certs.Rotation{}), "", "", "", ""},
+		{"the cluster CA due, etcd's a moment later: both start", ca(now.Add(4*time.Hour), certs.Rotation{}), ca(now.Add(4*time.Hour+time.Millisecond), certs.Rotation{}), "rolling",
+			certs.PhaseTrusting, certs.PhaseTrusting, ""},
+		{"Trusting, due, settled: both sign", ca(now.Add(3*time.Hour), trusting(now.Add(-time.Hour))), ca(now.Add(3*time.Hour), trusting(now.Add(-time.Hour+time.Millisecond))), "",
+			certs.PhaseSigning, certs.PhaseSigning, ""},
+		{"Trusting, due, not settled: held", ca(now.Add(3*time.Hour), trusting(now.Add(-time.Hour))), ca(now.Add(3*time.Hour), trusting(now.Add(-time.Hour))), "the API servers",
+			certs.PhaseTrusting, certs.PhaseTrusting, "the API servers"},
+		{"other phases: each on its own", ca(now.Add(3*time.Hour), trusting(now.Add(-time.Hour))), ca(now.Add(5*time.Hour), certs.Rotation{}), "",
+			certs.PhaseSigning, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next, held := pairPlan(now, life, tc.cluster, tc.etcd, func() string { return tc.settled })
+			assert.Equal(t, tc.wantCluster, next(tc.cluster.rotation, tc.cluster.ca.Cert.NotAfter).Phase, "the cluster CA")
+			assert.Equal(t, tc.wantEtcd, next(tc.etcd.rotation, tc.etcd.ca.Cert.NotAfter).Phase, "etcd's CA")
+			assert.Equal(t, tc.held, *held)
+		})
+	}
 }

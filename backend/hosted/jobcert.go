@@ -70,6 +70,5 @@ func (b *Backend) jobSecret(ctx context.Context, h *host, s *Spec, job *batchv1.
 // the certificates of the snapshot, maintenance and serve Jobs are issued by; its rotation is left
 // where it is (the pki component moves it).
 func (b *Backend) etcdCA(ctx context.Context, h *host, s *Spec) (*rotatingCA, error) {
-	ca, _, err := ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca", b.opts.Certificates, nil)
-	return ca, err
+	return ensureCA(ctx, h.client, s, SecretEtcdCA, "etcd-ca", b.opts.Certificates, nil)
 }

@@ -53,8 +53,8 @@ func (p *pki) leaf(name string, certPEM []byte, mounted bool, ca *certs.CA, sum 
 		return
 	}
 	p.NotAfter[name] = t
-	// A leaf that ends with its CA (certs.CA.Issue clamps it) is due when a rotation replaces the
-	// CA (certs.CA.LeafRenewAt).
+	// A leaf that ends with its CA (certs.CA.Issue clamps it) is kept to its end: the next CA
+	// issues it anew when a rotation makes it sign (ensureCA).
 	if at := ca.LeafRenewAt(t); p.RenewAt.IsZero() || at.Before(p.RenewAt) {
 		p.RenewAt = at
 	}
@@ -127,28 +127,24 @@ func ensurePKI(ctx context.Context, c client.Client, s *Spec, servingHosts []str
 func ensureCAs(ctx context.Context, c client.Client, s *Spec, life certs.Lifetime, settled func(trust string) string) (*pki, error) {
 	p := &pki{NotAfter: map[string]time.Time{}}
 	// What runs now: both CAs as they are, before any moves.
-	cluster, _, err := ensureCA(ctx, c, s, SecretCA, "kubernetes", life, nil)
+	cluster, err := ensureCA(ctx, c, s, SecretCA, "kubernetes", life, nil)
 	if err != nil {
 		return nil, err
 	}
-	etcd, _, err := ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, nil)
+	etcd, err := ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, nil)
 	if err != nil {
 		return nil, err
 	}
 	running := trustOf(cluster, etcd)
-	hold := func() string { return settled(running) }
-	var heldCluster, heldEtcd string
-	if p.cluster, heldCluster, err = ensureCA(ctx, c, s, SecretCA, "kubernetes", life, hold); err != nil {
+	next, held := pairPlan(time.Now(), life, cluster, etcd, func() string { return settled(running) })
+	if p.cluster, err = ensureCA(ctx, c, s, SecretCA, "kubernetes", life, next); err != nil {
 		return nil, err
 	}
-	if p.etcd, heldEtcd, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, hold); err != nil {
+	if p.etcd, err = ensureCA(ctx, c, s, SecretEtcdCA, "etcd-ca", life, next); err != nil {
 		return nil, err
 	}
 	p.ca, p.etcdCA = p.cluster.ca, p.etcd.ca
-	p.Trust, p.Held = trustOf(p.cluster, p.etcd), heldCluster+heldEtcd
-	if heldCluster != "" && heldEtcd != "" {
-		p.Held = heldCluster
-	}
+	p.Trust, p.Held = trustOf(p.cluster, p.etcd), *held
 	return p, nil
 }
 

@@ -29,9 +29,9 @@ import (
 )
 
 // TestHostedCARotationOnKind rotates a hosted control plane's CAs on the kind platform (issue 42):
-// the operator of deploy/hosted runs with CAs valid 6 minutes, rotated from 3 minutes before their
-// end (phases of 45 s at least; the new CA's own rotation starts 3 minutes after the first began,
-// time enough to see the first one end). The cluster CA and etcd's go through Trusting (the API server
+// the operator of deploy/hosted runs with CAs valid 8 minutes, rotated from 4 minutes before their
+// end (phases of a minute at least, each also waiting for the workloads to roll; the new CA's own
+// rotation starts 4 minutes after the first began, time enough to see the first one end). The cluster CA and etcd's go through Trusting (the API server
 // and etcd roll onto the bundles), Signing (every leaf issued anew by the new CAs) and back to one
 // CA, while a client that re-reads its AccessRequest's kubeconfig polls every 250 ms and sees no
 // failed request; a kubeconfig copied before the rotation fails from phase Signing on with an
@@ -40,7 +40,7 @@ import (
 func TestHostedCARotationOnKind(t *testing.T) {
 	c, _, pc := hostedTarget(t)
 	ctx := context.Background()
-	withOperatorArgs(t, c, "--ca-validity=6m", "--ca-renew-before=3m")
+	withOperatorArgs(t, c, "--ca-validity=8m", "--ca-renew-before=4m")
 
 	cl := readyHostedCluster(t, c, pc, "hosted-carotation-", "rotated")
 	_, err := hostedAdmin(t, c, cl).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before"}}, metav1.CreateOptions{})
