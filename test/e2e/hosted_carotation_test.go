@@ -76,8 +76,13 @@ func TestHostedCARotationOnKind(t *testing.T) {
 		t.Errorf("during the CA rotation: %v", e)
 	}
 	awaitEtcdCondition(t, c, cl, metav1.ConditionTrue, backend.ReasonRunning, 3*time.Minute)
-	_, err = hostedAdmin(t, c, cl).CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
-	require.NoError(t, err, "the data is there, through the operator's admin certificate of the new CA")
+	// The drop of the old CAs rolls etcd and the API servers once more (a single etcd restarts:
+	// requests wait some seconds, longer than the admin client's 5 s at times, seen on kind).
+	admin := hostedAdmin(t, c, cl)
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		_, err := admin.CoreV1().ConfigMaps("default").Get(ctx, "before", metav1.GetOptions{})
+		assert.NoError(ct, err)
+	}, 2*time.Minute, poll, "the data is there, through the operator's admin certificate of the new CA")
 }
 
 // awaitCAPhase waits until the cluster CA of the control plane in namespace hns is in phase and
