@@ -133,6 +133,12 @@ type State struct {
 	// Warnings are one-shot observations the Cluster reconciler turns into Warning Events (a
 	// damaged record made anew: ReasonStateRepaired). A Backend reports each in one State.
 	Warnings []Warning
+	// Notices are one-shot observations the Cluster reconciler turns into Normal Events (a
+	// hibernation, a wake). A Backend reports each in one State.
+	Notices []Warning
+	// HibernatedSince, when set, is when the cluster was hibernated (PartHibernated True): no
+	// process of it runs, so nothing of its data changed since.
+	HibernatedSince *time.Time
 	// Restored is the last restore of the cluster from a snapshot (Backups), done or failed; nil
 	// if it never was restored.
 	Restored *Restored
@@ -176,9 +182,10 @@ const (
 
 // PartTypes are the part types whose conditions the Cluster reconciler removes when a State does
 // not report them.
-var PartTypes = []string{PartControllerManager, PartEtcd, PartEndpoint, PartCertificates}
+var PartTypes = []string{PartControllerManager, PartEtcd, PartEndpoint, PartCertificates, PartHibernated}
 
-// Warning is a one-shot observation of a Backend, for a Warning Event of the Cluster.
+// Warning is a one-shot observation of a Backend, for a Warning Event of the Cluster (or a Normal
+// one: State.Notices).
 type Warning struct {
 	// Reason is the Event's reason, CamelCase; Message says what happened and what, if anything,
 	// to do.

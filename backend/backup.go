@@ -50,7 +50,7 @@ const AnnotationImageRefresh = "hosted.clusters.openmcp.cloud/image-refresh"
 // RequestAnnotations are the annotations with which a user asks something of a Cluster's cluster:
 // a change of one of them is an event for the Cluster reconciler, though no generation changes.
 var RequestAnnotations = []string{AnnotationSnapshot, AnnotationRestore, AnnotationImageRefresh, AnnotationRotateEncryptionKey,
-	AnnotationSkipSnapshotBeforeUpgrade, AnnotationSkipSnapshotBeforeDelete}
+	AnnotationSkipSnapshotBeforeUpgrade, AnnotationSkipSnapshotBeforeDelete, AnnotationHibernate}
 
 // AnnotationRotateEncryptionKey on a Cluster asks for a new encryption key of its Secrets at
 // rest (any new value: a timestamp, say): the backend puts a new key first, and rewrites every

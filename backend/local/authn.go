@@ -36,8 +36,9 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 	if wrote {
 		in.log.Info("Wrote the authentication configuration", "issuers", len(jwt))
 	}
-	in.mu.Lock()
-	host := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
-	in.mu.Unlock()
-	return authconfig.Applied(ctx, in.probe, host, data)
+	// A hibernated cluster reads the file when it wakes; the answer needs it to serve.
+	if err := in.b.wakeFor(ctx, in); err != nil {
+		return false, err
+	}
+	return authconfig.Applied(ctx, in.probe, in.apiURL(), data)
 }

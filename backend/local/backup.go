@@ -54,6 +54,14 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	if err := in.bins.backupTools(); err != nil {
 		return backend.Snapshot{}, err
 	}
+	// A hibernated cluster's etcd is stopped: it is woken (its data may have changed since its
+	// newest snapshot; the Cluster reconciler asks for none while nothing changed), and not
+	// hibernated while the snapshot is taken.
+	in.holds.Add(1)
+	defer in.holds.Add(-1)
+	if err := b.wakeFor(ctx, in); err != nil {
+		return backend.Snapshot{}, backend.Errorf(backend.ReasonBackupUnavailable, "waking the hibernated cluster for the snapshot: %v", err)
+	}
 	b.backupMu.Lock()
 	defer b.backupMu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, snapshotTimeout)
@@ -234,6 +242,7 @@ func (b *Backend) restore(r *restore, dir string, bins Binaries, m meta) {
 		r.old.mu.Lock()
 		m = r.old.meta
 		r.old.mu.Unlock()
+		m.Hibernated = nil // a restore of a hibernated cluster wakes it on the snapshot's data
 	}
 	now := time.Now().UTC().Truncate(time.Second)
 	m.Restoring = &r.snapshot

@@ -27,7 +27,14 @@ type waiter struct {
 // ones being made from a snapshot (they have no processes until the snapshot is restored, and
 // then they run).
 func (b *Backend) usedLocked() int {
-	n := len(b.instances)
+	n := 0
+	for _, in := range b.instances {
+		in.mu.Lock()
+		if !in.asleepLocked() { // a hibernated cluster holds no place (hibernate.go)
+			n++
+		}
+		in.mu.Unlock()
+	}
 	for uid := range b.restores {
 		if b.instances[uid] == nil {
 			n++
@@ -52,6 +59,10 @@ func (b *Backend) refuseLocked(uid types.UID, ref backend.Ref) error {
 // be made from a snapshot). The first of them whose reconcile comes takes it; the others are
 // refused again and stay waiting. Notify does not block, so b.mu may be held.
 func (b *Backend) freedLocked() {
+	if b.placeFreed != nil { // the wakes waiting for a place (hibernate.go)
+		close(b.placeFreed)
+		b.placeFreed = nil
+	}
 	if b.opts.Notify == nil || b.usedLocked() >= b.opts.MaxClusters || len(b.waiting) == 0 {
 		return
 	}
@@ -59,4 +70,12 @@ func (b *Backend) freedLocked() {
 	for _, w := range ws {
 		b.opts.Notify(w.ref)
 	}
+}
+
+// placeFreedLocked returns a channel closed when a place is next freed (freedLocked).
+func (b *Backend) placeFreedLocked() <-chan struct{} {
+	if b.placeFreed == nil {
+		b.placeFreed = make(chan struct{})
+	}
+	return b.placeFreed
 }

@@ -58,8 +58,10 @@ func (b *Backend) ensure(ctx context.Context, cl *clustersv1alpha1.Cluster, want
 	if err := in.setAudit(set.audit); err != nil {
 		return backend.State{}, err
 	}
+	b.setHibernation(in, set.idleAfter, cl.Annotations[backend.AnnotationHibernate])
 	s := in.state()
 	s.Warnings = warnings
+	s.Notices = in.takeNotices()
 	s.VersionChange = change
 	return s, nil
 }
@@ -225,18 +227,32 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 		return nil, err
 	}
 	var err error
-	for _, p := range []*int{&m.Ports.APIServer, &m.Ports.ControllerManager} {
+	for _, p := range []*int{&m.Ports.Internal, &m.Ports.ControllerManager} {
 		if *p, _, err = b.ports.keep(*p); err != nil {
 			b.ports.release(m.Ports)
 			return nil, err
 		}
 	}
+	_, hadDoor := b.doors[m.UID]
+	if _, err := b.openDoorLocked(&m); err != nil {
+		b.ports.release(m.Ports)
+		return nil, err
+	}
 	in, err := b.prepareLocked(dir, m, bins)
 	if err != nil {
 		b.ports.release(m.Ports) // the cluster does not run; its ports may go to another
+		if d := b.takeDoorLocked(m.UID); d != nil && !hadDoor {
+			go d.close()
+		} else if d != nil {
+			b.doors[m.UID] = d // kept: connections wait for the next start
+		}
 		return nil, err
 	}
 	b.instances[m.UID] = in
+	if m.Hibernated != nil {
+		b.countHibernatedLocked() // adopted hibernated: it stays so until a connection comes
+		return in, nil
+	}
 	in.start()
 	return in, nil
 }
@@ -279,13 +295,14 @@ func (b *Backend) loadPKI(dir string, m meta) (*pki, error) {
 	return loadOrCreatePKI(filepath.Join(dir, pkiDir), append(b.hosts(), kubernetesServiceIP(m.serviceCIDR()).String()), b.opts.Certificates)
 }
 
-// reassignAPIServerPort gives in's API server a new port if another process took its port.
+// reassignAPIServerPort gives in's API server a new port of its own if another process took it
+// (its endpoint, the front door's, stays).
 func (b *Backend) reassignAPIServerPort(in *instance) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	old := in.meta.Ports.APIServer
+	old := in.meta.Ports.Internal
 	if b.ports.free(old) {
 		return nil
 	}
@@ -294,7 +311,7 @@ func (b *Backend) reassignAPIServerPort(in *instance) error {
 		return err
 	}
 	m := in.meta
-	m.Ports.APIServer = port
+	m.Ports.Internal = port
 	if err := writeMeta(in.dir, m); err != nil {
 		return err
 	}

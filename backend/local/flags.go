@@ -105,7 +105,7 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning, au
 	}, serviceCIDR),
 		"--etcd-servers=unix://"+etcdSocket, // relative to the cluster's folder, its working directory
 		"--bind-address="+bindAddress(advertiseHost),
-		"--secure-port="+strconv.Itoa(p.APIServer),
+		"--secure-port="+strconv.Itoa(p.Internal),
 		"--watch-cache="+strconv.FormatBool(t.WatchCache),
 	)
 	if audit {
@@ -170,6 +170,15 @@ func bindAddress(advertiseHost string) string {
 		return advertiseHost
 	}
 	return "0.0.0.0"
+}
+
+// dialHost is the host the operator dials the cluster's processes on: the bind address, or the
+// loopback where they bind every address.
+func dialHost(advertiseHost string) string {
+	if h := bindAddress(advertiseHost); h != "0.0.0.0" {
+		return h
+	}
+	return "127.0.0.1"
 }
 
 // endpoint is the https URL clients use.

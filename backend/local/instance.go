@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,8 +67,10 @@ type instance struct {
 	etcd  *http.Client // reaches etcd's client socket
 	// etcdMaint reaches it too, without the probes' timeout: a defragmentation takes its time.
 	etcdMaint *http.Client
-	// authMu serializes writes of the authentication configuration file.
+	// authMu serializes writes of the authentication configuration file; metaMu those of the
+	// record by persist.
 	authMu sync.Mutex
+	metaMu sync.Mutex
 
 	mu       sync.Mutex
 	meta     meta
@@ -88,12 +92,28 @@ type instance struct {
 	// caErr is why the last renewal of the certificates or step of the CA rotation failed.
 	caErr string
 
+	// cancel ends the processes of the current run, done is closed when they have stopped (nil
+	// for a cluster adopted hibernated: it never ran here). A wake starts a new run.
 	cancel  context.CancelFunc
+	done    chan struct{}
+	started time.Time // when the current run started
+	// readyCh, when not nil, is closed when the API server is next declared Ready (waitServing).
+	readyCh chan struct{}
+	// Hibernation (hibernate.go): idleAfter is the profile's spec.hibernation.idleAfter; waking
+	// and sleeping are set while a wake or a hibernation is under way; notices are the Normal
+	// Events for the next Ensure.
+	idleAfter time.Duration
+	waking    bool
+	sleeping  bool
+	woken     bool // started by a wake, until its controller manager is Ready
+	// holds counts the operator's uses that need the processes (a snapshot): no idle hibernation
+	// meanwhile.
+	holds   atomic.Int32
+	notices []backend.Warning
 	killNow atomic.Bool // stop with SIGKILL, not SIGTERM (the cluster is being deleted)
 	// hung holds, by process name, the processes stopped for missing their health checks, so
 	// that their exits say why. Guarded by mu.
 	hung    map[string]bool
-	done    chan struct{} // closed when every process has stopped
 	recheck chan struct{}
 }
 
@@ -116,7 +136,6 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 		kcm:       part{Part: starting},
 		pids:      map[string]int{},
 		procs:     map[string]*process{},
-		done:      make(chan struct{}),
 		recheck:   make(chan struct{}, 1),
 	}
 	// The probe presents the admin certificate of the moment and verifies the API server with the
@@ -133,11 +152,31 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	return in, nil
 }
 
-// adminConfig is the admin's config of in's API server.
+// adminConfig is the admin's config of in's API server, reached directly (not through the front
+// door: the operator's own use does not count as a client's).
 func (in *instance) adminConfig() *rest.Config {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return adminConfig(endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer), in.pki)
+	return adminConfig(in.apiURLLocked(), in.pki)
+}
+
+// apiURLLocked is the URL of the API server itself, on its own port (in.mu held).
+func (in *instance) apiURLLocked() string {
+	return endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.Internal)
+}
+
+// apiURL is apiURLLocked.
+func (in *instance) apiURL() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.apiURLLocked()
+}
+
+// upstream is the address the front door passes connections to: the API server's own port.
+func (in *instance) upstream() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return net.JoinHostPort(dialHost(in.b.opts.AdvertiseHost), strconv.Itoa(in.meta.Ports.Internal))
 }
 
 func adminConfig(host string, p *pki) *rest.Config {
@@ -152,26 +191,35 @@ func adminConfig(host string, p *pki) *rest.Config {
 	}
 }
 
-// start runs the processes until stop.
+// start runs the processes until stop: a new run (after hibernation, a wake).
 func (in *instance) start() {
 	in.recordCertificates()
 	ctx, cancel := context.WithCancel(context.Background())
-	in.cancel = cancel
-	go in.run(ctx)
+	done := make(chan struct{})
+	in.mu.Lock()
+	in.cancel, in.done, in.started = cancel, done, time.Now()
+	in.mu.Unlock()
+	go in.run(ctx, done)
 }
 
-// stop stops both processes (kill: at once, else gracefully, kube-apiserver first) and returns
-// when they have exited.
+// stop stops the processes of the current run (kill: at once, else gracefully, kube-apiserver
+// first) and returns when they have exited; at once when none runs (hibernated).
 func (in *instance) stop(kill bool) {
 	if kill {
 		in.killNow.Store(true)
 	}
-	in.cancel()
-	<-in.done
+	in.mu.Lock()
+	cancel, done := in.cancel, in.done
+	in.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
 }
 
-func (in *instance) run(ctx context.Context) {
-	defer close(in.done)
+func (in *instance) run(ctx context.Context, done chan struct{}) {
+	defer close(done)
 	etcdCtx, stopEtcd := context.WithCancel(context.Background())
 	var etcdWG, wg sync.WaitGroup
 	etcdWG.Go(func() { in.supervise(etcdCtx, procEtcd, in.startEtcd) })
@@ -275,9 +323,7 @@ func (in *instance) startAPIServer(context.Context) (*process, error) {
 // load can take. Its kubeconfig is written anew each time, so it follows the API server's port.
 func (in *instance) startControllerManager(ctx context.Context) (*process, error) {
 	for {
-		in.mu.Lock()
-		url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
-		in.mu.Unlock()
+		url := in.apiURL()
 		if _, err := get(ctx, in.probe, url+"/healthz"); err == nil {
 			break
 		}
@@ -291,7 +337,7 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 	in.mu.Lock()
 	ca, cert, key := in.pki.CAPEM, in.pki.KCMCertPEM, in.pki.KCMKeyPEM
 	in.mu.Unlock()
-	if err := writeKubeconfig(filepath.Join(in.dir, kcmKubeconfig), endpoint(in.b.opts.AdvertiseHost, p.APIServer), ca, cert, key); err != nil {
+	if err := writeKubeconfig(filepath.Join(in.dir, kcmKubeconfig), endpoint(in.b.opts.AdvertiseHost, p.Internal), ca, cert, key); err != nil {
 		return nil, fmt.Errorf("writing its kubeconfig: %w", err)
 	}
 	t := in.b.opts.Tuning

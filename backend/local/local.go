@@ -95,6 +95,11 @@ type Backend struct {
 	restores    map[types.UID]*restore
 	restoreErrs map[types.UID]error
 	ports       portAllocator
+	// doors are the clusters' front doors (frontdoor.go), by UID: they outlive the instances of
+	// an upgrade, a restore or a hibernation. placeFreed is closed when a place frees (a wake
+	// waiting for one).
+	doors      map[types.UID]*frontDoor
+	placeFreed chan struct{}
 	// backupMu serializes snapshots: one at a time, whatever the cluster (disk and CPU of the pod).
 	backupMu sync.Mutex
 }
@@ -165,6 +170,7 @@ func New(opts Options) (*Backend, error) {
 		upgrades:    map[types.UID]*upgrade{},
 		restores:    map[types.UID]*restore{},
 		restoreErrs: map[types.UID]error{},
+		doors:       map[types.UID]*frontDoor{},
 		ports:       portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
 }
@@ -189,6 +195,9 @@ type settings struct {
 	// objectStore keeps the snapshots in an object store as well (spec.backup.objectStore;
 	// objectstore.go); nil for none.
 	objectStore *providersv1alpha1.BackupObjectStore
+	// idleAfter hibernates a cluster after that long without a client (spec.hibernation.idleAfter;
+	// hibernate.go); 0 for never.
+	idleAfter time.Duration
 }
 
 // defaultSettings are those of a ProviderConfig with an empty spec: the unbound Backend's.
@@ -211,7 +220,7 @@ type Bound struct {
 // says; a change of it restarts their API servers (audit.go). With spec.backup.objectStore, their
 // snapshots go to that object store too (objectstore.go).
 func (b *Backend) ForProfile(pc *providersv1alpha1.ProviderConfig) backend.Backend {
-	set := settings{audit: pc.Spec.Audit.On()}
+	set := settings{audit: pc.Spec.Audit.On(), idleAfter: pc.Spec.Hibernation.Idle()}
 	if pc.Spec.Backup != nil && pc.Spec.Backup.ObjectStore != nil {
 		set.objectStore = pc.Spec.Backup.ObjectStore.DeepCopy()
 	}
@@ -279,7 +288,12 @@ func (b *Backend) Start(ctx context.Context) error {
 	b.lockedBy = ""
 	b.mu.Unlock()
 
+	idleCtx, stopIdle := context.WithCancel(ctx)
+	idleDone := make(chan struct{})
+	go func() { defer close(idleDone); b.hibernateIdle(idleCtx) }()
 	<-ctx.Done()
+	stopIdle()
+	<-idleDone
 	b.stopAll()
 	return nil
 }
@@ -329,15 +343,19 @@ func (b *Backend) adoptLocked(entries []os.DirEntry, byUID map[types.UID]*cluste
 func (b *Backend) stopAll() {
 	b.mu.Lock()
 	b.started = false
-	all := b.instances
-	b.instances = map[types.UID]*instance{}
+	all, doors := b.instances, b.doors
+	b.instances, b.doors = map[types.UID]*instance{}, map[types.UID]*frontDoor{}
 	b.ports.taken = map[int]bool{}
 	b.mu.Unlock()
 	var wg sync.WaitGroup
+	for _, d := range doors {
+		wg.Go(d.close)
+	}
 	for _, in := range all {
 		wg.Go(func() { in.stop(false) })
 	}
 	wg.Wait()
+	backend.SetHibernated(Name, 0)
 	b.log.Info("Stopped every local cluster; their data stays", "clusters", len(all))
 }
 
@@ -373,7 +391,12 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	delete(b.restores, cl.UID)
 	delete(b.restoreErrs, cl.UID)
 	b.deleting[cl.UID] = true
+	door := b.takeDoorLocked(cl.UID)
+	b.countHibernatedLocked()
 	b.mu.Unlock()
+	if door != nil {
+		door.close()
+	}
 	defer func() {
 		b.mu.Lock()
 		delete(b.deleting, cl.UID)
@@ -401,7 +424,8 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 }
 
 // AdminConfig returns a rest.Config that authenticates as the operator's admin user
-// (system:masters) in cl's cluster.
+// (system:masters) in cl's cluster, through its endpoint: a hibernated cluster wakes on its
+// first request (one pinned in hibernation is refused here, saying so).
 func (b *Backend) AdminConfig(_ context.Context, cl *clustersv1alpha1.Cluster) (*rest.Config, error) {
 	b.mu.Lock()
 	in := b.instances[cl.UID]
@@ -411,6 +435,9 @@ func (b *Backend) AdminConfig(_ context.Context, cl *clustersv1alpha1.Cluster) (
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	if in.asleepLocked() && in.meta.Demanded == backend.HibernatePinned {
+		return nil, errPinned
+	}
 	return adminConfig(endpoint(b.opts.AdvertiseHost, in.meta.Ports.APIServer), in.pki), nil
 }
 

@@ -62,7 +62,30 @@ func (in *instance) state() backend.State {
 	if lost := in.dataLostLocked(); lost != "" {
 		s.SetPart(backend.Part{Type: backend.PartProvisioned, Ready: true, Reason: backend.ReasonDataLost, Message: lost})
 	}
-	if !in.api.Ready || !in.kcm.Ready {
+	if h, ok := in.hibernationPartLocked(); ok {
+		s.SetPart(h)
+	}
+	switch {
+	case in.asleepLocked():
+		// Its endpoint answers: the first request wakes it.
+		since := in.meta.Hibernated.Since
+		s.HibernatedSince = &since
+		s.Ready, s.Reason = true, backend.ReasonHibernated
+		s.Message = "The cluster is hibernated: its endpoint " + url + " answers, and the first request wakes kube-apiserver " + in.bins.Version + " (condition Hibernated)."
+		s.SetPart(backend.Part{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonHibernated,
+			Message: "kube-controller-manager " + in.bins.Version + " is hibernated with the cluster; it starts when the cluster wakes."})
+		s.SetPart(backend.Part{Type: backend.PartEtcd, Ready: true, Reason: backend.ReasonHibernated,
+			Message: "etcd is stopped with its data; it starts first when the cluster wakes."})
+	case in.woken && (!in.api.Ready || !in.kcm.Ready):
+		// Requests wait for it at the endpoint: the cluster stays Ready for its consumers.
+		if !in.api.Ready {
+			s.Ready, s.Reason, s.Message = true, backend.ReasonWaking, in.api.Message
+		}
+		if !in.kcm.Ready {
+			s.SetPart(backend.Part{Type: backend.PartControllerManager, Ready: true, Reason: backend.ReasonWaking, Message: in.kcm.Message})
+		}
+		s.RetryAfter = retryNotReady
+	case !in.api.Ready || !in.kcm.Ready:
 		s.RetryAfter = retryNotReady
 	}
 	return s

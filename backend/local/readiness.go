@@ -97,7 +97,7 @@ func (in *instance) watchReady(ctx context.Context) {
 			in.mu.Lock()
 			apiEpoch, kcmEpoch := in.api.epoch, in.kcm.epoch
 			apiReady, kcmReady := in.api.Ready, in.kcm.Ready
-			url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer)
+			url := in.apiURLLocked()
 			kcmURL := "https://127.0.0.1:" + strconv.Itoa(in.meta.Ports.ControllerManager)
 			in.mu.Unlock()
 			if !apiReady {
@@ -154,7 +154,7 @@ func (in *instance) controllerManagerAlive(ctx context.Context) bool {
 func (in *instance) apiServerAlive(ctx context.Context) bool {
 	in.mu.Lock()
 	ready := in.api.Ready
-	url := endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer) + "/livez"
+	url := in.apiURLLocked() + "/livez"
 	in.mu.Unlock()
 	return !ready || in.alive(ctx, procAPIServer, func(ctx context.Context) error { _, err := get(ctx, in.probe, url); return err })
 }
@@ -260,6 +260,10 @@ func (in *instance) apiUp(epoch int, version string) {
 	in.version = version
 	in.api.Part = backend.Part{Ready: true, Reason: backend.ReasonRunning, Message: fmt.Sprintf("kube-apiserver %s serves on %s.", version,
 		endpoint(in.b.opts.AdvertiseHost, in.meta.Ports.APIServer))}
+	if in.readyCh != nil {
+		close(in.readyCh)
+		in.readyCh = nil
+	}
 	in.mu.Unlock()
 	if changed {
 		in.log.Info("The API server is ready", "version", version)
@@ -275,7 +279,8 @@ func (in *instance) kcmUp(epoch int) {
 		in.trigger()
 		return
 	}
-	changed := !in.kcm.Ready
+	changed := !in.kcm.Ready || in.woken
+	in.woken = false // awake: from now on its parts say what they are
 	in.kcm.Part = backend.Part{Ready: true, Reason: backend.ReasonRunning,
 		Message: "kube-controller-manager " + in.bins.Version + " runs its controllers."}
 	in.mu.Unlock()

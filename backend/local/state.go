@@ -68,6 +68,12 @@ type meta struct {
 	// NoAudit: the ProviderConfig turned the audit logs off (spec.audit.disabled); absent in the
 	// records of clusters made before audit logs, which get them.
 	NoAudit bool `json:"noAudit,omitempty"`
+	// Hibernated, when set, says the cluster is hibernated (hibernate.go): no process runs, and a
+	// restarted operator keeps it so.
+	Hibernated *hibernated `json:"hibernated,omitempty"`
+	// Demanded is the value of the Cluster's hibernate annotation the cluster was last hibernated
+	// for ("true" or "pinned"), or empty: a demand is carried out once.
+	Demanded string `json:"demanded,omitempty"`
 }
 
 // serviceCIDR is the cluster's service range.
@@ -81,10 +87,13 @@ func (m meta) serviceCIDR() string {
 // lostEtcd is meta.LostPart when only the etcd data folder was gone.
 const lostEtcd = "etcd"
 
-// ports are a cluster's TCP ports: the API server's on the advertise host, the controller
-// manager's (health and metrics) on the loopback. etcd has none: it listens on unix sockets.
+// ports are a cluster's TCP ports: its endpoint's (APIServer, the front door: frontdoor.go) and
+// the API server's own (Internal) on the advertise host, the controller manager's (health and
+// metrics) on the loopback. etcd has none: it listens on unix sockets. Records of clusters made
+// before the front door have no Internal port: one is given when they start.
 type ports struct {
 	APIServer         int `json:"apiServer"`
+	Internal          int `json:"internal,omitempty"`
 	ControllerManager int `json:"controllerManager"`
 }
 
@@ -160,6 +169,6 @@ func (a *portAllocator) keep(port int) (p int, changed bool, err error) {
 }
 
 func (a *portAllocator) release(ps ports) {
-	delete(a.taken, ps.APIServer)
+	delete(a.taken, ps.Internal)
 	delete(a.taken, ps.ControllerManager)
 }

@@ -86,6 +86,7 @@ func (b *Backend) upgrade(old *instance, up *upgrade) {
 	delete(b.instances, m.UID)
 	b.ports.release(m.Ports) // and kept again at once: the endpoint stays
 	m.Version = up.change.To
+	m.Hibernated = nil // an upgrade of a hibernated cluster wakes it
 	_, err := b.runLocked(old.dir, m)
 	up.old = nil
 	if err != nil {

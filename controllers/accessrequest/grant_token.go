@@ -18,6 +18,13 @@ func (r *Reconciler) grantToken(ctx context.Context, g *grant) (reconcile.Result
 	created, expires, valid := validity(g.secret, g.host, g.cfg.CAData)
 	pl := planToken(ar, g.id, r.Options.Namespace)
 	if g.granted && valid && g.now.Before(rotateAt(created, expires)) {
+		if Hibernated(g.cl) {
+			// Nothing changes in a cluster while no process of it runs: checked when it wakes
+			// (its status changes), rotated when due (that wakes it).
+			res, err := r.granted(ctx, g, grantedMessage(ar, expires))
+			res.RequeueAfter = rotateAt(created, expires).Sub(g.now)
+			return res, err
+		}
 		still, err := r.stillGranted(ctx, g, pl, string(g.secret.Data[clustersv1alpha1.SecretKeyToken]))
 		if err != nil {
 			return r.retry(ctx, ar, g.base, err)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -18,6 +19,7 @@ import (
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/api/common"
+	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/controllers/kit"
 )
 
@@ -52,6 +54,10 @@ func (s *Sweeper) reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	marker := SweepMarker(cl)
 	due := marker != "" && cl.Annotations[AnnotationGrantsSwept] != marker
+	if !due && Hibernated(cl) {
+		// Not woken for the periodic sweep: its wake changes its status, which brings it back.
+		return reconcile.Result{}, nil
+	}
 	cfg, err := s.Backend.AdminConfig(ctx, cl)
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("reaching the cluster to sweep its grants: %w", err)
@@ -216,4 +222,10 @@ func listed(refs []grantRef, n int) string {
 		out += fmt.Sprintf(" and %d more", len(refs)-n)
 	}
 	return out
+}
+
+// Hibernated reports whether cl's cluster is hibernated (condition Hibernated True): no process
+// of it runs, so nothing in it changed, and a request to it would wake it.
+func Hibernated(cl *clustersv1alpha1.Cluster) bool {
+	return meta.IsStatusConditionTrue(cl.Status.Conditions, backend.PartHibernated)
 }

@@ -133,6 +133,12 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	_, asked := cl.Annotations[backend.AnnotationSnapshot]
 	now := time.Now()
 	due := asked || (interval > 0 && (len(snaps) == 0 || !now.Before(snaps[0].Taken.Add(interval))))
+	// A hibernated cluster changed nothing since it was hibernated: a scheduled snapshot is taken
+	// (waking it) only when the newest one is from before.
+	unchanged := due && !asked && unchangedSince(s, snaps)
+	if unchanged {
+		due = false // its wake notifies: the schedule goes on from then
+	}
 	if due && s.Ready {
 		snap, err := bk.Snapshot(ctx, cl, retention)
 		switch {
@@ -156,7 +162,7 @@ func (r *Reconciler) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	if len(snaps) > 0 {
 		metricBackupTime.WithLabelValues(refName(cl)).Set(float64(snaps[0].Taken.Unix()))
 		metricBackupSize.WithLabelValues(refName(cl)).Set(float64(snaps[0].Size))
-		if next := time.Until(snaps[0].Taken.Add(interval)); interval > 0 && out.requeue == 0 {
+		if next := time.Until(snaps[0].Taken.Add(interval)); interval > 0 && out.requeue == 0 && !unchanged {
 			out.requeue = max(next, time.Second)
 		}
 	}
@@ -246,4 +252,10 @@ func (r *Reconciler) snapshotTaken(cl *clustersv1alpha1.Cluster, snap backend.Sn
 			"The snapshots' destination was full: removed snapshots %s, which the retention policy keeps, to save %s; give the destination more space.",
 			strings.Join(snap.RemovedForSpace, ", "), snap.Name)
 	}
+}
+
+// unchangedSince reports whether the cluster of s is hibernated and its newest snapshot (snaps,
+// newest first) was taken after it was: nothing of its data changed since.
+func unchangedSince(s backend.State, snaps []backend.Snapshot) bool {
+	return s.HibernatedSince != nil && len(snaps) > 0 && !snaps[0].Taken.Before(*s.HibernatedSince)
 }

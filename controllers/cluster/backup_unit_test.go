@@ -47,3 +47,25 @@ func TestWithNewest(t *testing.T) {
 		assert.Equal(t, []string{"e", "c"}, names(withNewest(before, taken, backend.Retention{Hourly: 2}, now)))
 	})
 }
+
+// TestUnchangedSince: a scheduled snapshot of a hibernated cluster is skipped only when the
+// newest snapshot is from after the hibernation began (nothing changed since).
+func TestUnchangedSince(t *testing.T) {
+	slept := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	snap := func(at time.Time) []backend.Snapshot { return []backend.Snapshot{{Name: "n", Taken: at}} }
+	for name, tc := range map[string]struct {
+		since *time.Time
+		snaps []backend.Snapshot
+		want  bool
+	}{
+		"awake":                         {since: nil, snaps: snap(slept.Add(time.Hour)), want: false},
+		"hibernated, no snapshot":       {since: &slept, want: false},
+		"hibernated, snapshot before":   {since: &slept, snaps: snap(slept.Add(-time.Second)), want: false},
+		"hibernated, snapshot at it":    {since: &slept, snaps: snap(slept), want: true},
+		"hibernated, snapshot after it": {since: &slept, snaps: snap(slept.Add(time.Minute)), want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			assert.Equal(t, tc.want, unchangedSince(backend.State{HibernatedSince: tc.since}, tc.snaps))
+		})
+	}
+}

@@ -32,6 +32,10 @@ const (
 	// node of its host (backend.PartEndpoint). Informational: it does not make the Cluster not
 	// Ready.
 	ConditionEndpointResilient = backend.PartEndpoint
+	// ConditionHibernated says whether the cluster's control plane is hibernated
+	// (backend.PartHibernated): True (Idle, OnDemand) while no process runs and the first
+	// connection wakes it, False (Awake). Informational: a hibernated cluster is Ready.
+	ConditionHibernated = backend.PartHibernated
 	// ConditionDeleted says, while the Cluster is deleted, what the deletion waits for.
 	ConditionDeleted = "Deleted"
 	// ConditionVersionUpToDate says whether the cluster runs the version the Cluster asks for:
@@ -211,14 +215,14 @@ func setDeleting(cl *clustersv1alpha1.Cluster, backendName string) {
 	setCondition(cl, ConditionDeleted, false, ReasonDeleting, fmt.Sprintf("The %s backend deletes the cluster.", backendName))
 }
 
-// finish sets observedGeneration and the phase. VersionUpToDate, BackedUp, Restored and
-// EndpointResilient do not count: a cluster whose version change was refused keeps serving its
+// finish sets observedGeneration and the phase. VersionUpToDate, BackedUp, Restored, Hibernated and
+// EndpointResilient do not count (a hibernated cluster's endpoint answers): a cluster whose version change was refused keeps serving its
 // version and stays Ready (its requests are granted); one that upgrades or is restored is not
 // Ready anyway while its API server restarts; a failed snapshot, or an endpoint on one node, is
 // worth an alert, not an outage. Nor does EtcdHealthy while it says EtcdDegraded: a member is
 // down but the quorum serves.
 func finish(cl *clustersv1alpha1.Cluster) {
-	informational := []string{ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored, ConditionEndpointResilient}
+	informational := []string{ConditionVersionUpToDate, ConditionBackedUp, ConditionRestored, ConditionEndpointResilient, ConditionHibernated}
 	if c := meta.FindStatusCondition(cl.Status.Conditions, ConditionEtcdHealthy); c != nil && c.Reason == backend.ReasonEtcdDegraded {
 		informational = append(informational, ConditionEtcdHealthy)
 	}

@@ -125,6 +125,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, cl *clustersv1alpha1.C
 	for _, w := range state.Warnings {
 		r.Event(cl, "Warning", w.Reason, "Provision", "%s", w.Message)
 	}
+	for _, n := range state.Notices {
+		r.Event(cl, "Normal", n.Reason, "Hibernate", "%s", n.Message)
+	}
 	bks, err := r.backups(ctx, cl, &state, want)
 	if err != nil {
 		return reconcile.Result{}, err

@@ -59,20 +59,23 @@ func Kinds(providerName string, workers Workers) []manager.Kind {
 			Name:   KindGrantSweep,
 			Object: &clustersv1alpha1.Cluster{},
 			Key:    ClusterKey,
-			// The sweep runs when the cluster serves again and after each restore or loss of
-			// data; its own annotation, removed by hand, asks for it again.
+			// The sweep runs when the cluster serves again, when it wakes from hibernation
+			// (none runs while it sleeps), and after each restore or loss of data; its own
+			// annotation, removed by hand, asks for it again.
 			Predicates: []predicate.Predicate{kit.StandardFilter(sweepDue(), kit.AnnotationsChanged(accessrequest.AnnotationGrantsSwept))},
 		},
 	}
 }
 
 // sweepDue passes the Cluster updates after which its grants are swept: its phase changed (it
-// serves again after a restart or a restore), or SweepMarker did.
+// serves again after a restart or a restore), it went into or out of hibernation, or SweepMarker
+// did.
 func sweepDue() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, ok1 := e.ObjectOld.(*clustersv1alpha1.Cluster)
 		n, ok2 := e.ObjectNew.(*clustersv1alpha1.Cluster)
-		return ok1 && ok2 && (o.Status.Phase != n.Status.Phase || accessrequest.SweepMarker(o) != accessrequest.SweepMarker(n))
+		return ok1 && ok2 && (o.Status.Phase != n.Status.Phase || accessrequest.SweepMarker(o) != accessrequest.SweepMarker(n) ||
+			accessrequest.Hibernated(o) != accessrequest.Hibernated(n))
 	}}
 }
 

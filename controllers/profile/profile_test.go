@@ -103,6 +103,13 @@ func TestSweepDue(t *testing.T) {
 		{"the sweep's annotation removed by hand", with(func(cl *clustersv1alpha1.Cluster) {
 			cl.Annotations = map[string]string{accessrequest.AnnotationGrantsSwept: "x"}
 		}), true},
+		// None runs while it sleeps: its wake (and, symmetric, its sleep) brings it back.
+		{"hibernated or woken", with(func(cl *clustersv1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: cluster.ConditionHibernated, Status: metav1.ConditionTrue, Reason: "Idle", LastTransitionTime: at}}
+		}), true},
+		{"still awake", with(func(cl *clustersv1alpha1.Cluster) {
+			cl.Status.Conditions = []metav1.Condition{{Type: cluster.ConditionHibernated, Status: metav1.ConditionFalse, Reason: "Awake", LastTransitionTime: at}}
+		}), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

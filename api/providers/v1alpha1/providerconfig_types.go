@@ -30,6 +30,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || self.backend == 'local'",message="spec.local is only allowed with backend local"
 // +kubebuilder:validation:XValidation:rule="!has(self.kind) || self.backend == 'kind'",message="spec.kind is only allowed with backend kind"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosted) || self.backend == 'hosted'",message="spec.hosted is only allowed with backend hosted"
+// +kubebuilder:validation:XValidation:rule="!has(self.hibernation) || self.backend == 'local'",message="spec.hibernation is only supported with backend local (hosted and kind do not hibernate yet)"
 type ProviderConfigSpec struct {
 	// Backend runs the clusters: local, kind or hosted. It cannot be changed.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend is immutable; create a new ProviderConfig for another backend"
@@ -71,6 +72,32 @@ type ProviderConfigSpec struct {
 	// Cluster's API server with or without them; the logs written stay.
 	// +optional
 	Audit *AuditPolicy `json:"audit,omitempty"`
+
+	// Hibernation stops the control planes of the profile's Clusters while nobody uses them, for
+	// the backends that run them (local): their data, certificates and keys stay, their endpoint
+	// keeps answering, and the first connection wakes them (HibernationPolicy). Unset: never
+	// idle-hibernated; the annotation hibernation.clusters.openmcp.cloud/hibernate works either way.
+	// +optional
+	Hibernation *HibernationPolicy `json:"hibernation,omitempty"`
+}
+
+// HibernationPolicy says when a profile's Clusters hibernate by themselves.
+type HibernationPolicy struct {
+	// IdleAfter hibernates a Cluster once no client connection went through its endpoint for
+	// this long, at least 10s (e.g. 15m). The operator's own probes and the cluster's own
+	// components do not count; an open connection (a watch) keeps it awake. Unset: never.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s')",message="hibernation.idleAfter must be at least 10s, e.g. 15m"
+	// +optional
+	IdleAfter *metav1.Duration `json:"idleAfter,omitempty"`
+}
+
+// Idle is how long a Cluster of the policy p may go without a client before it hibernates; 0
+// for never (a nil policy, or no IdleAfter).
+func (p *HibernationPolicy) Idle() time.Duration {
+	if p == nil || p.IdleAfter == nil {
+		return 0
+	}
+	return p.IdleAfter.Duration
 }
 
 // AuditPolicy switches the audit logs of a profile's Clusters.

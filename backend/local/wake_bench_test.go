@@ -1,0 +1,182 @@
+package local
+
+// Benchmarks of hibernation (hibernate.go): how long the first request after hibernation waits,
+// for one cluster woken again and again and for ten woken at once. Run one at a time, -benchtime
+// 1x (each iteration does all its rounds and reports its own metrics):
+//
+//	KUBEBUILDER_ASSETS=$PWD/bin/k8s/1.37.1-etcd3.7.0 go test -run '^$' -bench BenchmarkWake -benchtime 1x -timeout 30m ./backend/local/
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// wakeRounds is how many wakes BenchmarkWake measures per iteration.
+const wakeRounds = 50
+
+// firstRequest is a `kubectl get ns` with cfg: a new connection (TCP, TLS), one list of the
+// namespaces, the connection closed after. It returns how long the list took, connection included.
+func firstRequest(ctx context.Context, cfg *rest.Config) (time.Duration, error) {
+	rt, err := rest.TransportFor(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer utilnet.CloseIdleConnectionsFor(rt)
+	c := *cfg
+	c.Transport, c.TLSClientConfig, c.Timeout = rt, rest.TLSClientConfig{}, 2*wakeTimeout
+	cs, err := kubernetes.NewForConfig(&c)
+	if err != nil {
+		return 0, err
+	}
+	began := time.Now()
+	_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	return time.Since(began), err
+}
+
+// hibernateNow hibernates cl's cluster on demand and waits until it is (processes stopped).
+func (h *benchHarness) hibernateNow(tb testing.TB, cl *clustersv1alpha1.Cluster) {
+	tb.Helper()
+	h.b.mu.Lock()
+	in := h.b.instances[cl.UID]
+	h.b.mu.Unlock()
+	require.NotNil(tb, in)
+	// Fully awake first: a cluster still waking (its controller manager starting) is not put
+	// back to sleep.
+	require.Eventually(tb, func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.api.Ready && in.kcm.Ready && !in.waking && !in.woken
+	}, benchReadyWithin, 10*time.Millisecond, "complete after its wake")
+	h.b.hibernate(in, backend.ReasonOnDemand)
+	in.mu.Lock()
+	asleep := in.asleepLocked()
+	in.mu.Unlock()
+	require.True(tb, asleep, "hibernated")
+	require.Empty(tb, h.b.PIDs(cl.UID), "no process runs")
+}
+
+// endpointConfig is the admin's config through cl's endpoint (the front door), as a client of
+// the platform reaches it.
+func (h *benchHarness) endpointConfig(tb testing.TB, cl *clustersv1alpha1.Cluster) *rest.Config {
+	tb.Helper()
+	cfg, err := h.b.AdminConfig(tb.Context(), cl)
+	require.NoError(tb, err)
+	return cfg
+}
+
+// quantile is the q-quantile (nearest rank) of sorted seconds.
+func quantile(sorted []float64, q float64) float64 {
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func seconds(ds []time.Duration) []float64 {
+	s := make([]float64, len(ds))
+	for i, d := range ds {
+		s[i] = d.Seconds()
+	}
+	slices.Sort(s)
+	return s
+}
+
+// BenchmarkWake hibernates one complete cluster and measures its first request after, wakeRounds
+// times: wake-p50-s, wake-p99-s, wake-max-s (target: p50 ≤ 1.5 s, p99 ≤ 3 s), and awake-p50-s,
+// the same request to the cluster awake, for comparison.
+func BenchmarkWake(b *testing.B) {
+	h := startBenchBackend(b, 1, nil)
+	cl := newCluster("wake")
+	_, _, err := h.awaitReady(b.Context(), cl)
+	require.NoError(b, err)
+	cfg := h.endpointConfig(b, cl)
+	for b.Loop() {
+		var wakes, awake []time.Duration
+		for round := range wakeRounds {
+			// The cluster is complete before each round: a wake redoes nothing of its bootstrap.
+			_, _, err := h.awaitReady(b.Context(), cl)
+			require.NoError(b, err)
+			d, err := firstRequest(b.Context(), cfg)
+			require.NoError(b, err, "round %d: awake", round)
+			awake = append(awake, d)
+			h.hibernateNow(b, cl)
+			d, err = firstRequest(b.Context(), cfg)
+			require.NoError(b, err, "round %d: the first request after hibernation", round)
+			wakes = append(wakes, d)
+		}
+		w, a := seconds(wakes), seconds(awake)
+		b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
+		b.ReportMetric(quantile(w, 0.99), "wake-p99-s")
+		b.ReportMetric(w[len(w)-1], "wake-max-s")
+		b.ReportMetric(quantile(a, 0.5), "awake-p50-s")
+	}
+}
+
+// wakeTogether is how many clusters BenchmarkWakeTogether wakes at once.
+const wakeTogether = 10
+
+// BenchmarkWakeTogether hibernates ten complete clusters and sends each its first request at the
+// same moment: every request must be answered (no error); it reports wake-p50-s, wake-p99-s and
+// wake-max-s of the ten.
+func BenchmarkWakeTogether(b *testing.B) {
+	h := startBenchBackend(b, wakeTogether, nil)
+	cls := make([]*clustersv1alpha1.Cluster, wakeTogether)
+	for i := range cls {
+		cls[i] = newCluster(fmt.Sprintf("together-%d", i))
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(cls))
+	for i, cl := range cls {
+		wg.Go(func() { _, _, errs[i] = h.awaitReady(b.Context(), cl) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(b, err)
+	}
+	cfgs := map[types.UID]*rest.Config{}
+	for _, cl := range cls {
+		cfgs[cl.UID] = h.endpointConfig(b, cl)
+	}
+	for b.Loop() {
+		for _, cl := range cls {
+			h.hibernateNow(b, cl)
+		}
+		took := make([]time.Duration, len(cls))
+		start := make(chan struct{})
+		for i, cl := range cls {
+			wg.Go(func() {
+				<-start
+				took[i], errs[i] = firstRequest(b.Context(), cfgs[cl.UID])
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			require.NoError(b, err, "cluster %d: the first request after hibernation", i)
+		}
+		w := seconds(took)
+		b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
+		b.ReportMetric(quantile(w, 0.99), "wake-p99-s")
+		b.ReportMetric(w[len(w)-1], "wake-max-s")
+		// Complete again before the next iteration (the controller managers start after).
+		for i, cl := range cls {
+			wg.Go(func() { _, _, errs[i] = h.awaitReady(b.Context(), cl) })
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(b, err)
+		}
+	}
+}
