@@ -28,9 +28,9 @@
 // user, and so the cluster's own API server, reaches its data. The flags work with the etcd of
 // every line a served Kubernetes version requires (3.5, 3.6, 3.7; TestEtcdLines), and
 // LoadBinaries starts each folder's etcd once with them, so a folder whose etcd cannot run a
-// cluster is refused at start instead of offering a version whose clusters never start. The API server
-// listens on the advertise host; the controller manager's health and metrics port is on the
-// loopback. Each has its own credentials from the cluster's CA (pki.go): the operator is
+// cluster is refused at start instead of offering a version whose clusters never start. The API
+// server listens on the advertise host, on a port of its own behind the cluster's front door; the
+// controller manager's health and metrics port is on the loopback. Each has its own credentials from the cluster's CA (pki.go): the operator is
 // openmcp:cluster-provider in system:masters, the controller manager system:kube-controller-manager
 // (bound by the API server's bootstrap RBAC policy), and it runs every controller with its own
 // service-account credentials. It signs approved CertificateSigningRequests with the cluster CA.
@@ -54,6 +54,19 @@
 // its Pods, which stay Pending, as nothing schedules or runs them; Jobs, CronJobs, StatefulSets and
 // DaemonSets behave the same way. Objects, their owners and their status are what users of such a
 // cluster see, and what the upstream conformance suite checks (docs/conformance.md).
+//
+// # Front door and hibernation
+//
+// A cluster's endpoint is a front door the operator owns (frontdoor.go): it listens on the port
+// of status.apiServer and passes every connection, TLS untouched, to the API server's own port
+// (ports.Internal). It lives as long as the cluster runs here, so the endpoint never changes and
+// a connection that comes while the API server restarts or is upgraded waits for it instead of
+// being refused. It makes hibernation possible (hibernate.go, docs/hibernation.md): a cluster
+// idle for its profile's spec.hibernation.idleAfter (no connection through the door), or
+// annotated backend.AnnotationHibernate, has its processes stopped and its folder kept; the first
+// connection wakes it (etcd, then the API server, from their data; due certificates issued
+// first) and is passed on once the API server serves. A hibernated cluster holds no place of
+// --local-max-clusters, and its record keeps it hibernated across a restart of the operator.
 //
 // # Data
 //

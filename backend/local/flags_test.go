@@ -122,7 +122,7 @@ func TestAPIServerArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := "/state/uid-7"
-			p := ports{APIServer: 41234, ControllerManager: 41235}
+			p := ports{APIServer: 41233, Internal: 41234, ControllerManager: 41235}
 			f := flagMap(t, apiServerArgs(dir, tc.advertiseHost, "198.18.0.0/16", p, tc.tuning, true))
 
 			assert.Equal(t, "RBAC", f["--authorization-mode"])
@@ -131,7 +131,7 @@ func TestAPIServerArgs(t *testing.T) {
 			assert.NotContains(t, f["--service-account-issuer"], "41234", "the issuer does not name the port")
 			assert.Equal(t, "/state/uid-7/pki/sa.key", f["--service-account-signing-key-file"])
 			assert.Equal(t, "/state/uid-7/pki/sa.pub", f["--service-account-key-file"])
-			assert.Equal(t, "41234", f["--secure-port"])
+			assert.Equal(t, "41234", f["--secure-port"], "its own port: the endpoint's (41233) is the front door's")
 			assert.Equal(t, "unix://etcd.sock:0", f["--etcd-servers"], "etcd's socket, relative to the cluster's folder")
 			assert.Equal(t, "/state/uid-7/pki/apiserver.crt", f["--tls-cert-file"])
 			assert.Equal(t, "/state/uid-7/pki/apiserver.key", f["--tls-private-key-file"])

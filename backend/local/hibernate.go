@@ -46,8 +46,11 @@ func (in *instance) asleepLocked() bool { return in.meta.Hibernated != nil }
 func (b *Backend) serving(ctx context.Context, uid types.UID, trigger string) (*instance, error) {
 	for {
 		b.mu.Lock()
-		in := b.instances[uid]
+		in, door := b.instances[uid], b.doors[uid]
 		b.mu.Unlock()
+		if door == nil {
+			return nil, errors.New("the cluster was deleted, or this operator stopped running clusters")
+		}
 		if in != nil {
 			in.mu.Lock()
 			ready, asleep, pinned := in.api.Ready, in.asleepLocked(), in.meta.Demanded == backend.HibernatePinned
