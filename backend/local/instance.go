@@ -223,7 +223,12 @@ func (in *instance) run(ctx context.Context, done chan struct{}) {
 	etcdCtx, stopEtcd := context.WithCancel(context.Background())
 	var etcdWG, wg sync.WaitGroup
 	etcdWG.Go(func() { in.supervise(etcdCtx, procEtcd, in.startEtcd) })
-	if in.waitEtcd(ctx) {
+	in.mu.Lock()
+	woken := in.woken
+	in.mu.Unlock()
+	// A woken cluster's etcd starts on data it served before: its API server starts beside it
+	// (it waits for etcd's socket by itself), which saves etcd's start from every wake.
+	if woken || in.waitEtcd(ctx) {
 		wg.Go(func() { in.supervise(ctx, procAPIServer, in.startAPIServer) })
 		wg.Go(func() { in.supervise(ctx, procControllerManager, in.startControllerManager) })
 		wg.Go(func() { in.watchReady(ctx) })
@@ -322,7 +327,18 @@ func (in *instance) startAPIServer(context.Context) (*process, error) {
 // gives up (and exits) when the API server does not answer within 10 s, which a cold start under
 // load can take. Its kubeconfig is written anew each time, so it follows the API server's port.
 func (in *instance) startControllerManager(ctx context.Context) (*process, error) {
+	in.mu.Lock()
+	woken := in.woken
+	in.mu.Unlock()
 	for {
+		// A woken cluster's first requests wait at its front door: its controller manager
+		// starts once the API server serves them, not beside its last steps (2 cores shared).
+		if woken && !in.waitServing(ctx, probeInterval) {
+			if ctx.Err() != nil {
+				return nil, nil
+			}
+			continue
+		}
 		url := in.apiURL()
 		if _, err := get(ctx, in.probe, url+"/healthz"); err == nil {
 			break
