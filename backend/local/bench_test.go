@@ -73,16 +73,38 @@ func startBenchBackend(tb testing.TB, maxClusters int, tuning *Tuning) *benchHar
 // startBenchBackendWith is startBenchBackend with the given binaries; new clusters run the newest.
 func startBenchBackendWith(tb testing.TB, bins []Binaries, maxClusters int, tuning *Tuning) *benchHarness {
 	tb.Helper()
+	return startBench(tb, bins, tb.TempDir(), maxClusters, tuning)
+}
+
+// startBenchBackendAt starts a Backend with the envtest binaries on stateDir, whose folders of
+// existing it adopts.
+func startBenchBackendAt(tb testing.TB, stateDir string, maxClusters int, existing ...*clustersv1alpha1.Cluster) *benchHarness {
+	tb.Helper()
+	assets, err := testenv.AssetsDir()
+	require.NoError(tb, err)
+	bins, err := LoadBinaries(tb.Context(), []string{assets})
+	require.NoError(tb, err)
+	return startBench(tb, bins, stateDir, maxClusters, nil, existing...)
+}
+
+func startBench(tb testing.TB, bins []Binaries, stateDir string, maxClusters int, tuning *Tuning, existing ...*clustersv1alpha1.Cluster) *benchHarness {
+	tb.Helper()
 	var err error
 	h := &benchHarness{tb: tb, notified: map[types.NamespacedName]chan struct{}{}, done: make(chan error, 1)}
 	h.b, err = New(Options{
-		Binaries:     bins,
-		StateDir:     tb.TempDir(),
-		MaxClusters:  maxClusters,
-		Tuning:       tuning,
-		StopGrace:    5 * time.Second,
-		Notify:       func(r backend.Ref) { h.wake(r.NamespacedName) },
-		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) { return nil, nil },
+		Binaries:    bins,
+		StateDir:    stateDir,
+		MaxClusters: maxClusters,
+		Tuning:      tuning,
+		StopGrace:   5 * time.Second,
+		Notify:      func(r backend.Ref) { h.wake(r.NamespacedName) },
+		ListClusters: func(context.Context) ([]clustersv1alpha1.Cluster, error) {
+			out := make([]clustersv1alpha1.Cluster, len(existing))
+			for i, cl := range existing {
+				out[i] = *cl
+			}
+			return out, nil
+		},
 	})
 	require.NoError(tb, err)
 	h.version = h.b.Versions()[0]

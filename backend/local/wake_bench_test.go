@@ -9,7 +9,12 @@ package local
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -179,4 +184,101 @@ func BenchmarkWakeTogether(b *testing.B) {
 			require.NoError(b, err)
 		}
 	}
+}
+
+// hibernatedCopies is how many hibernated clusters BenchmarkHibernatedMemory adopts
+// (HIBERNATED_CLUSTERS overrides it).
+const hibernatedCopies = 100
+
+// BenchmarkHibernatedMemory measures what a hibernated cluster costs the operator, the only
+// process it has: one real cluster is made complete and hibernated, its folder is copied
+// (sparse) under new UIDs as many times as asked, and a new Backend adopts them all, hibernated:
+// no process starts, each gets its front door. It reports heap-KiB-per-cluster (the Go heap and
+// stacks after a GC, per adopted cluster), rss-KiB-per-cluster (the test process's VmRSS, per
+// cluster) and adopt-s (how long the adoption took). It then wakes awake-after clusters
+// (HIBERNATED_WAKE, default 0) at once and reports their first requests' wake-p50-s and
+// wake-max-s.
+func BenchmarkHibernatedMemory(b *testing.B) {
+	copies := envInt(b, "HIBERNATED_CLUSTERS", hibernatedCopies)
+	wakeN := envInt(b, "HIBERNATED_WAKE", 0)
+	for b.Loop() {
+		first := startBenchBackend(b, 1, nil)
+		cl := newCluster("original")
+		_, _, err := first.awaitReady(b.Context(), cl)
+		require.NoError(b, err)
+		first.hibernateNow(b, cl)
+		dir := first.b.Dir(cl.UID)
+		stateDir := filepath.Dir(dir)
+		first.stop()
+
+		cls := make([]*clustersv1alpha1.Cluster, copies)
+		for i := range cls {
+			c := newCluster(fmt.Sprintf("copy-%d", i))
+			cls[i] = c
+			to := filepath.Join(stateDir, string(c.UID))
+			out, err := exec.Command("cp", "-r", "--sparse=always", dir, to).CombinedOutput()
+			require.NoError(b, err, "%s", out)
+			m, err := readMeta(to)
+			require.NoError(b, err)
+			m.UID, m.Name = c.UID, c.Name
+			m.Ports = ports{} // each gets its own
+			require.NoError(b, writeMeta(to, m))
+		}
+		require.NoError(b, os.RemoveAll(dir))
+
+		before := goMemKiB()
+		rssBefore, err := vmRSSKiB(os.Getpid())
+		require.NoError(b, err)
+		began := time.Now()
+		h := startBenchBackendAt(b, stateDir, wakeN+1, cls...)
+		adopt := time.Since(began)
+		for _, c := range cls {
+			s, err := h.b.Ensure(b.Context(), c, backend.Want{Version: h.version})
+			require.NoError(b, err)
+			require.NotNil(b, s.HibernatedSince, "%s adopted hibernated", c.Name)
+		}
+		after := goMemKiB()
+		rssAfter, err := vmRSSKiB(os.Getpid())
+		require.NoError(b, err)
+		b.ReportMetric(float64(after-before)/float64(copies), "heap-KiB-per-cluster")
+		b.ReportMetric(float64(rssAfter-rssBefore)/float64(copies), "rss-KiB-per-cluster")
+		b.ReportMetric(adopt.Seconds(), "adopt-s")
+		b.ReportMetric(float64(copies), "clusters")
+
+		if wakeN > 0 {
+			took := make([]time.Duration, wakeN)
+			errs := make([]error, wakeN)
+			var wg sync.WaitGroup
+			for i := range wakeN {
+				cfg := h.endpointConfig(b, cls[i])
+				wg.Go(func() { took[i], errs[i] = firstRequest(b.Context(), cfg) })
+			}
+			wg.Wait()
+			for i, err := range errs {
+				require.NoError(b, err, "cluster %d", i)
+			}
+			w := seconds(took)
+			b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
+			b.ReportMetric(w[len(w)-1], "wake-max-s")
+		}
+		h.stop()
+	}
+}
+
+// goMemKiB is the Go heap in use and the goroutine stacks of this process after a GC, in KiB.
+func goMemKiB() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse+m.StackInuse) / 1024
+}
+
+func envInt(tb testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	require.NoError(tb, err, "%s", name)
+	return n
 }
