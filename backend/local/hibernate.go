@@ -143,6 +143,11 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 		case <-time.After(retryCapacity):
 		}
 	}
+	// Wakes beyond the cores wait their turn: started together, every one of them would take as
+	// long as all of them (two cores, ten API servers), past the clients' 10 s TLS handshake
+	// timeout; in turn, the first are served in about two seconds each.
+	b.wakeSlots <- struct{}{}
+	defer func() { <-b.wakeSlots }()
 	if !b.startWoken(in, h) {
 		return
 	}

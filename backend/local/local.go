@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -100,6 +101,8 @@ type Backend struct {
 	// waiting for one).
 	doors      map[types.UID]*frontDoor
 	placeFreed chan struct{}
+	// wakeSlots bounds the wakes under way at once to the cores (hibernate.go).
+	wakeSlots chan struct{}
 	// backupMu serializes snapshots: one at a time, whatever the cluster (disk and CPU of the pod).
 	backupMu sync.Mutex
 }
@@ -171,6 +174,7 @@ func New(opts Options) (*Backend, error) {
 		restores:    map[types.UID]*restore{},
 		restoreErrs: map[types.UID]error{},
 		doors:       map[types.UID]*frontDoor{},
+		wakeSlots:   make(chan struct{}, max(runtime.NumCPU(), 2)),
 		ports:       portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
 }

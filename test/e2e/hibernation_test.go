@@ -1,0 +1,159 @@
+package e2e
+
+import (
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
+	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
+	"github.com/openmcp-local/cluster-provider/backend"
+)
+
+// hibernateWithin bounds the wait for an idle hibernation: idleAfter (10 s) after the last
+// connection, which a client-go client (the operator's own, granting) keeps open up to 90 s.
+const hibernateWithin = 3 * time.Minute
+
+// TestHibernation runs the binary with the local backend and a ProviderConfig whose Clusters
+// hibernate after 10 s without a client: the Cluster hibernates (condition Hibernated True Idle,
+// an Event, no process left) and stays Ready; the kubeconfig of a token AccessRequest granted
+// before works on the first request after it (same endpoint and CA, the data there), which wakes
+// it (Hibernated False, an Event); hibernated again on demand (the annotation, with kubectl), an
+// AccessRequest created meanwhile is granted (the operator's requests wake it) and its kubeconfig
+// works with kubectl.
+func TestHibernation(t *testing.T) {
+	bin := buildBinary(t)
+	kubeconfig := writeKubeconfig(t, operatorUser(t))
+	stateDir := t.TempDir()
+	ctx := t.Context()
+	runLocal(t, bin, kubeconfig, "e2eh", stateDir)
+	kubectlPath(t)
+
+	pc := sampleProviderConfig(t)
+	pc.GenerateName, pc.Name = "hibernate-", ""
+	pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{IdleAfter: &metav1.Duration{Duration: 10 * time.Second}}
+	require.NoError(t, env.Client.Create(ctx, pc))
+	cl := readSample(t, "cluster.yaml", &clustersv1alpha1.Cluster{})
+	cl.Namespace = testNamespace(t)
+	cl.Spec.Profile = "default.e2eh." + pc.Name
+	require.NoError(t, env.Client.Create(ctx, cl))
+	cl = waitReady(t, cl)
+	endpoint := cl.Status.APIServer
+	clusterDir := filepath.Join(stateDir, string(cl.UID))
+
+	ar := readSample(t, "accessrequest.yaml", &clustersv1alpha1.AccessRequest{})
+	ar.Namespace, ar.Spec.ClusterRef.Namespace, ar.Spec.ClusterRef.Name = cl.Namespace, cl.Namespace, cl.Name
+	require.NoError(t, env.Client.Create(ctx, ar))
+	before := waitKubeconfig(t, ar)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := kubectl(t, before, "-n", "sample-apps", "create", "configmap", "before-sleep")
+		require.NoError(c, err, "%s", out)
+	}, convergeWithin, poll, "kubectl create configmap in sample-apps")
+
+	// Idle: no client for 10 s (kubectl has exited; the operator's grant connection goes after
+	// client-go's 90 s idle timeout).
+	hibernated := waitHibernated(t, cl, backend.ReasonIdle)
+	assert.Equal(t, "Ready", string(hibernated.Status.Phase), "a hibernated Cluster is Ready: its endpoint answers")
+	assert.Equal(t, endpoint, hibernated.Status.APIServer)
+	assert.Empty(t, clusterPIDs(t, clusterDir), "no process of the cluster runs")
+	waitEvent(t, cl, backend.ReasonHibernated)
+
+	// The first request after hibernation, with the kubeconfig from before: answered, no error.
+	cfg, err := clientcmd.BuildConfigFromFlags("", before)
+	require.NoError(t, err)
+	took := firstRequestPatient(t, cfg)
+	t.Logf("FIGURE first request after hibernation (binary with -race under make test): %.2f s", took.Seconds())
+	out, err := kubectl(t, before, "-n", "sample-apps", "get", "configmap", "before-sleep", "-o", "name")
+	require.NoError(t, err, "%s", out)
+	assert.Contains(t, out, "before-sleep", "the data from before")
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &clustersv1alpha1.Cluster{}
+		require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(cl), got))
+		h := meta.FindStatusCondition(got.Status.Conditions, backend.PartHibernated)
+		require.NotNil(c, h)
+		assert.Equal(c, backend.ReasonAwake, h.Reason)
+	}, convergeWithin, poll, "Hibernated False (Awake) after the wake")
+	waitEvent(t, cl, backend.ReasonWoken)
+
+	// On demand, with kubectl; an AccessRequest made while it sleeps is granted.
+	platform := writeKubeconfig(t, env.Config) // the platform team's kubectl
+	out, err = kubectl(t, platform, "-n", cl.Namespace, "annotate", "cluster", cl.Name, backend.AnnotationHibernate+"=true")
+	require.NoError(t, err, "%s", out)
+	waitHibernated(t, cl, backend.ReasonOnDemand)
+	second := readSample(t, "accessrequest.yaml", &clustersv1alpha1.AccessRequest{})
+	second.Name = "while-asleep"
+	second.Namespace, second.Spec.ClusterRef.Namespace, second.Spec.ClusterRef.Name = cl.Namespace, cl.Namespace, cl.Name
+	require.NoError(t, env.Client.Create(ctx, second))
+	after := waitKubeconfig(t, second)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		out, err := kubectl(t, after, "-n", "sample-apps", "get", "configmap", "before-sleep", "-o", "name")
+		require.NoError(c, err, "%s", out)
+	}, convergeWithin, poll, "the kubeconfig of the AccessRequest made while hibernated")
+}
+
+// waitHibernated waits until cl's condition Hibernated is True for reason and returns the Cluster.
+func waitHibernated(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) *clustersv1alpha1.Cluster {
+	t.Helper()
+	got := &clustersv1alpha1.Cluster{}
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKeyFromObject(cl), got))
+		h := meta.FindStatusCondition(got.Status.Conditions, backend.PartHibernated)
+		require.NotNil(c, h, "conditions: %+v", got.Status.Conditions)
+		assert.Equal(c, metav1.ConditionTrue, h.Status, "%s: %s", h.Reason, h.Message)
+		assert.Equal(c, reason, h.Reason)
+	}, hibernateWithin, poll, "Cluster %s hibernated (%s)", cl.Name, reason)
+	return got
+}
+
+// waitEvent waits for an Event of reason about cl.
+func waitEvent(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		evs := &corev1.EventList{}
+		require.NoError(c, env.Client.List(t.Context(), evs, client.InNamespace(cl.Namespace)))
+		found := false
+		for _, e := range evs.Items {
+			found = found || (e.InvolvedObject.Name == cl.Name && e.Reason == reason)
+		}
+		assert.True(c, found, "an Event %s of Cluster %s", reason, cl.Name)
+	}, convergeWithin, poll)
+}
+
+// firstRequestPatient lists the namespaces with cfg on a connection of its own, waiting for the
+// TLS handshake as long as the front door holds a connection (90 s): the binary runs with -race
+// under make test on a busy machine, where a wake can take longer than kubectl's 10 s handshake
+// timeout (docs/hibernation.md). It returns how long the request took.
+func firstRequestPatient(t *testing.T, cfg *rest.Config) time.Duration {
+	t.Helper()
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	require.NoError(t, err)
+	rt := &http.Transport{TLSClientConfig: tlsConfig, TLSHandshakeTimeout: 90 * time.Second, ForceAttemptHTTP2: true}
+	defer rt.CloseIdleConnections()
+	c := rest.CopyConfig(cfg)
+	token := c.BearerToken
+	c.TLSClientConfig, c.BearerToken, c.Timeout = rest.TLSClientConfig{}, "", 2*time.Minute
+	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return rt.RoundTrip(r)
+	})
+	began := time.Now()
+	_, err = kubernetes.NewForConfigOrDie(c).CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err, "the first request after hibernation")
+	return time.Since(began)
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
