@@ -44,7 +44,7 @@ PREV_ASSETS    := $(CACHE)/k8s/$(PREV_K8S_VERSION)-etcd$(PREV_ETCD_VERSION)
 empty :=
 space := $(empty) $(empty)
 
-GO_TEST_FLAGS ?= -race
+GO_TEST_FLAGS ?= -race -timeout 30m
 BENCH         ?= .
 BENCHTIME     ?= 1x
 BENCH_PKGS    ?= ./...

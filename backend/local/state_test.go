@@ -122,7 +122,7 @@ func TestPortAllocatorAllocate(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotEqual(t, first, second)
 
-	a.release(ports{APIServer: first, ControllerManager: second})
+	a.release(ports{Internal: first, ControllerManager: second}) // the endpoint's port is its front door's
 	assert.False(t, a.taken[first])
 	assert.False(t, a.taken[second])
 	assert.Len(t, a.taken, 20)
