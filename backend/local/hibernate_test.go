@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // testIdleAfter is the idle time of the hibernation tests' profile (the API asks for at least
@@ -74,41 +74,11 @@ func awake(s backend.State) bool {
 	return complete(s) && s.HibernatedSince == nil && (p == nil || !p.Ready)
 }
 
-// oneRequest lists the namespaces with cfg over a connection of its own, closed after it, as a
-// kubectl run would: the front door sees the client come and go. It returns how long it took.
-// Its TLS handshake may take as long as the front door holds a connection: kubectl and client-go
-// give up after 10 s, which a wake on this machine under load can exceed (docs/hibernation.md);
-// BenchmarkWake measures the wake with their defaults.
+// oneRequest is one `kubectl get ns` with cfg (testenv.ListNamespacesOnce), whose TLS handshake
+// waits as long as the front door holds a connection: a wake on this machine under load can take
+// longer than kubectl's 10 s (docs/hibernation.md); BenchmarkWake measures with its defaults.
 func oneRequest(t *testing.T, cfg *rest.Config) (time.Duration, error) {
-	t.Helper()
-	tlsConfig, err := rest.TLSConfigFor(cfg)
-	require.NoError(t, err)
-	rt := &http.Transport{TLSClientConfig: tlsConfig, TLSHandshakeTimeout: wakeTimeout, ForceAttemptHTTP2: true}
-	defer rt.CloseIdleConnections()
-	c := rest.CopyConfig(cfg)
-	c.TLSClientConfig = rest.TLSClientConfig{}
-	c.Transport, c.Timeout = rt, 2*wakeTimeout
-	if c.BearerToken != "" {
-		c.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return bearer{token: cfg.BearerToken, rt: rt} }
-		c.BearerToken = ""
-	}
-	cs, err := kubernetes.NewForConfig(c)
-	require.NoError(t, err)
-	began := time.Now()
-	_, err = cs.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
-	return time.Since(began), err
-}
-
-// bearer adds a bearer token to each request (rest.Config does not with a Transport of its own).
-type bearer struct {
-	token string
-	rt    http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.rt.RoundTrip(r)
+	return testenv.ListNamespacesOnce(t.Context(), cfg, wakeTimeout)
 }
 
 // tokenConfig makes a ServiceAccount with the view role in the cluster of cs and returns a

@@ -20,36 +20,21 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // wakeRounds is how many wakes BenchmarkWake measures per iteration.
 const wakeRounds = 50
 
-// firstRequest is a `kubectl get ns` with cfg: a new connection (TCP, TLS), one list of the
-// namespaces, the connection closed after. It returns how long the list took, connection included.
+// firstRequest is a `kubectl get ns` with cfg, with client-go's defaults (a 10 s TLS handshake
+// timeout, as kubectl): testenv.ListNamespacesOnce.
 func firstRequest(ctx context.Context, cfg *rest.Config) (time.Duration, error) {
-	rt, err := rest.TransportFor(cfg)
-	if err != nil {
-		return 0, err
-	}
-	defer utilnet.CloseIdleConnectionsFor(rt)
-	c := *cfg
-	c.Transport, c.TLSClientConfig, c.Timeout = rt, rest.TLSClientConfig{}, 2*wakeTimeout
-	cs, err := kubernetes.NewForConfig(&c)
-	if err != nil {
-		return 0, err
-	}
-	began := time.Now()
-	_, err = cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	return time.Since(began), err
+	return testenv.ListNamespacesOnce(ctx, cfg, 0)
 }
 
 // hibernateNow hibernates cl's cluster on demand and waits until it is (processes stopped).

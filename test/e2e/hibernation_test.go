@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,14 +10,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clustersv1alpha1 "github.com/openmcp-local/cluster-provider/api/clusters/v1alpha1"
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // hibernateWithin bounds the wait for an idle hibernation: idleAfter (10 s) after the last
@@ -72,7 +70,10 @@ func TestHibernation(t *testing.T) {
 	// The first request after hibernation, with the kubeconfig from before: answered, no error.
 	cfg, err := clientcmd.BuildConfigFromFlags("", before)
 	require.NoError(t, err)
-	took := firstRequestPatient(t, cfg)
+	// Its TLS handshake waits as long as the front door holds a connection: the binary runs with
+	// -race under make test, where a wake can take longer than kubectl's 10 s (docs/hibernation.md).
+	took, err := testenv.ListNamespacesOnce(ctx, cfg, 90*time.Second)
+	require.NoError(t, err, "the first request after hibernation")
 	t.Logf("FIGURE first request after hibernation (binary with -race under make test): %.2f s", took.Seconds())
 	out, err := kubectl(t, before, "-n", "sample-apps", "get", "configmap", "before-sleep", "-o", "name")
 	require.NoError(t, err, "%s", out)
@@ -129,31 +130,3 @@ func waitEvent(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) {
 		assert.True(c, found, "an Event %s of Cluster %s", reason, cl.Name)
 	}, convergeWithin, poll)
 }
-
-// firstRequestPatient lists the namespaces with cfg on a connection of its own, waiting for the
-// TLS handshake as long as the front door holds a connection (90 s): the binary runs with -race
-// under make test on a busy machine, where a wake can take longer than kubectl's 10 s handshake
-// timeout (docs/hibernation.md). It returns how long the request took.
-func firstRequestPatient(t *testing.T, cfg *rest.Config) time.Duration {
-	t.Helper()
-	tlsConfig, err := rest.TLSConfigFor(cfg)
-	require.NoError(t, err)
-	rt := &http.Transport{TLSClientConfig: tlsConfig, TLSHandshakeTimeout: 90 * time.Second, ForceAttemptHTTP2: true}
-	defer rt.CloseIdleConnections()
-	c := rest.CopyConfig(cfg)
-	token := c.BearerToken
-	c.TLSClientConfig, c.BearerToken, c.Timeout = rest.TLSClientConfig{}, "", 2*time.Minute
-	c.Transport = roundTripper(func(r *http.Request) (*http.Response, error) {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+token)
-		return rt.RoundTrip(r)
-	})
-	began := time.Now()
-	_, err = kubernetes.NewForConfigOrDie(c).CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
-	require.NoError(t, err, "the first request after hibernation")
-	return time.Since(began)
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
