@@ -60,6 +60,19 @@ func (n *notices) reasons() []string {
 	return out
 }
 
+// awaitRecorded waits until an Ensure through be has reported a Notice of reason and counted
+// holds: both are recorded by the goroutine that hibernates or wakes the cluster, after the state
+// an await saw.
+func awaitRecorded(t *testing.T, be *notices, cl *clustersv1alpha1.Cluster, want backend.Want, reason string, counted func() bool) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, err := be.Ensure(t.Context(), cl, want)
+		require.NoError(c, err)
+		assert.Contains(c, be.reasons(), reason, "a Notice")
+		assert.True(c, counted(), "the metric counted it")
+	}, readyWithin, 100*time.Millisecond)
+}
+
 // asleep: the cluster is hibernated for reason.
 func asleep(reason string) func(backend.State) bool {
 	return func(s backend.State) bool {
@@ -154,8 +167,10 @@ func TestHibernation(t *testing.T) {
 		}
 		assert.Empty(t, h.b.PIDs(cl.UID))
 		assert.True(t, portOpen(endpoint), "the endpoint listens")
-		assert.Contains(t, be.reasons(), backend.ReasonHibernated)
-		assert.Equal(t, hibernations+1, backend.Hibernations(Name, backend.ReasonIdle))
+		// The Notice and the metric are recorded by the hibernating goroutine: awaited.
+		awaitRecorded(t, be, cl, want, backend.ReasonHibernated, func() bool {
+			return backend.Hibernations(Name, backend.ReasonIdle) == hibernations+1
+		})
 		m, err := readMeta(h.b.Dir(cl.UID))
 		require.NoError(t, err)
 		require.NotNil(t, m.Hibernated, "recorded")
@@ -171,8 +186,9 @@ func TestHibernation(t *testing.T) {
 		s := h.awaitOn(be, cl, want, "awake", awake)
 		assert.Equal(t, endpoint, s.Endpoint)
 		assert.Equal(t, ca, s.CABundle, "the same CA")
-		assert.Contains(t, be.reasons(), backend.ReasonWoken)
-		assert.Equal(t, wakes+1, backend.Wakes(Name, triggerRequest))
+		awaitRecorded(t, be, cl, want, backend.ReasonWoken, func() bool {
+			return backend.Wakes(Name, triggerRequest) == wakes+1
+		})
 	})
 
 	t.Run("on demand, pinned, and the annotation removed", func(t *testing.T) {
@@ -201,10 +217,22 @@ func TestHibernation(t *testing.T) {
 		utilnet.CloseIdleConnectionsFor(rt)
 		h.awaitOn(be, cl, want, "hibernated after idleAfter", asleep(backend.ReasonIdle))
 		h.stop()
+		// The record as an operator from before the front door wrote it: no port of the API
+		// server's own. The adopted cluster gets one; its endpoint stays (checked at its wake,
+		// next).
+		dir := h.b.Dir(cl.UID)
+		m, err := readMeta(dir)
+		require.NoError(t, err)
+		m.Ports.Internal = 0
+		require.NoError(t, writeMeta(dir, m))
 		h = startBackend(outer, stateDir, 1, cl)
 		be = &notices{Backend: hibernating(h.b)}
 		s := h.awaitOn(be, cl, want, "adopted hibernated", asleep(backend.ReasonIdle))
 		assert.Equal(t, endpoint, s.Endpoint)
+		m, err = readMeta(dir)
+		require.NoError(t, err)
+		assert.NotZero(t, m.Ports.Internal, "a port of its own given at adoption")
+		assert.NotEqual(t, m.Ports.APIServer, m.Ports.Internal)
 		assert.Empty(t, h.b.PIDs(cl.UID), "adopted without starting a process")
 	})
 
