@@ -22,6 +22,8 @@ const (
 	ConditionVersionsServed = "VersionsServed"
 	// ConditionClustersDeleted says, while deleting, whether Clusters still use the profile.
 	ConditionClustersDeleted = "ClustersDeleted"
+	// ConditionPoolReady says, with spec.pool, whether every spare cluster it asks for is ready.
+	ConditionPoolReady = "PoolReady"
 )
 
 // Reasons of the ProviderConfig conditions and Events.
@@ -42,6 +44,9 @@ const (
 	ReasonClustersRemaining  = "ClustersRemaining"
 	ReasonDeleted            = "Deleted"
 	ReasonProfileDeleteError = "ProfileDeleteFailed"
+	ReasonPoolFull           = "PoolFull"
+	ReasonPoolFilling        = "PoolFilling"
+	ReasonPoolUnavailable    = "PoolUnavailable"
 )
 
 func setCondition(pc *providersv1alpha1.ProviderConfig, condType string, ok bool, reason, message string) {

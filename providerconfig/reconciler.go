@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -105,6 +106,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req reconcile.Request) (res 
 		if apierrors.IsNotFound(err) {
 			// Gone without our finalizer (removed by hand): nothing may keep running for it.
 			r.Engine.StopProfile(name)
+			r.dropPools(name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, err
@@ -151,7 +153,63 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 		return reconcile.Result{}, err
 	}
 	setCondition(pc, ConditionProfilePublished, true, ReasonPublished, fmt.Sprintf("ClusterProfile %s is published.", name))
-	return reconcile.Result{}, r.run(ctx, pc, name)
+	if err := r.run(ctx, pc, name); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: r.pool(pc, name, offer)}, nil
+}
+
+// poolRecheck is how often the state of a pool that is not full is looked at again.
+const poolRecheck = 5 * time.Second
+
+// pool keeps the spare clusters pc's spec.pool asks for (backend.Pooler), records their state in
+// the status, and returns when to look again (0: the pool is full, or there is none).
+func (r *Reconciler) pool(pc *providersv1alpha1.ProviderConfig, name string, offer backend.Offer) time.Duration {
+	size := pc.Spec.Pool.SizeOf()
+	pooler, ok := profile.Bind(r.Backends.Get(string(pc.Spec.Backend)), pc).(backend.Pooler)
+	if !ok {
+		pc.Status.Pool = nil
+		if size == 0 {
+			meta.RemoveStatusCondition(&pc.Status.Conditions, ConditionPoolReady)
+		} else {
+			setCondition(pc, ConditionPoolReady, false, ReasonPoolUnavailable, fmt.Sprintf(
+				"Backend %q keeps no spare clusters in this operator; remove spec.pool.", pc.Spec.Backend))
+		}
+		return 0
+	}
+	version, err := offer.Choose("")
+	if size > 0 && err != nil {
+		pooler.SetPool(name, backend.Pool{})
+		pc.Status.Pool = nil
+		setCondition(pc, ConditionPoolReady, false, ReasonPoolUnavailable, fmt.Sprintf(
+			"No spare cluster is made: the profile offers no default version (%v); set spec.defaultVersion.", err))
+		return 0
+	}
+	st := pooler.SetPool(name, backend.Pool{Size: size, Version: version, Hibernated: pc.Spec.Pool != nil && pc.Spec.Pool.Hibernated})
+	if size == 0 {
+		pc.Status.Pool = nil
+		meta.RemoveStatusCondition(&pc.Status.Conditions, ConditionPoolReady)
+		return 0
+	}
+	pc.Status.Pool = &providersv1alpha1.PoolStatus{Version: version, Ready: int32(st.Ready), Starting: int32(st.Starting)}
+	if st.Ready >= size {
+		setCondition(pc, ConditionPoolReady, true, ReasonPoolFull, fmt.Sprintf(
+			"%d spare cluster(s) of Kubernetes %s are ready; a new Cluster of that version claims one.", st.Ready, version))
+		return 0
+	}
+	setCondition(pc, ConditionPoolReady, false, ReasonPoolFilling, fmt.Sprintf(
+		"%d of %d spare cluster(s) of Kubernetes %s are ready, %d starting. Spares are made while the operator has free places for clusters and no Cluster waits for one.",
+		st.Ready, size, version, st.Starting))
+	return poolRecheck
+}
+
+// dropPools removes the spares every backend keeps for the profile name.
+func (r *Reconciler) dropPools(name string) {
+	for _, be := range r.Backends {
+		if p, ok := be.(backend.Pooler); ok {
+			p.SetPool(name, backend.Pool{})
+		}
+	}
 }
 
 // offer computes the versions the profile offers and records in a condition which wanted versions
@@ -261,6 +319,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, pc *providersv1alpha1.
 	}
 
 	r.Engine.StopProfile(name)
+	r.dropPools(name)
 	cp := &clustersv1alpha1.ClusterProfile{}
 	err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cp)
 	switch {

@@ -23,7 +23,7 @@ func (in *instance) setAudit(on bool) error {
 	}
 	in.meta = m
 	in.mu.Unlock()
-	in.log.Info("The ProviderConfig switched the audit log: the API server restarts", "audit", on)
+	in.logger().Info("The ProviderConfig switched the audit log: the API server restarts", "audit", on)
 	in.restart(procAPIServer)
 	return nil
 }

@@ -34,7 +34,7 @@ func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 		return false, err
 	}
 	if wrote {
-		in.log.Info("Wrote the authentication configuration", "issuers", len(jwt))
+		in.logger().Info("Wrote the authentication configuration", "issuers", len(jwt))
 	}
 	// A hibernated cluster reads the file when it wakes; the answer needs it to serve.
 	if err := in.b.wakeFor(ctx, in); err != nil {

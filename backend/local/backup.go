@@ -74,23 +74,23 @@ func (b *Backend) Snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	if _, err := b.settleKeys(cl.UID, &before, "", nil, nil); err != nil {
 		return backend.Snapshot{}, fmt.Errorf("keeping the encryption keys beside the snapshots (no snapshot taken): %w", err)
 	}
-	logf := func(format string, args ...any) { in.log.Info(fmt.Sprintf(format, args...)) }
+	logf := func(format string, args ...any) { in.logger().Info(fmt.Sprintf(format, args...)) }
 	saved, err := b.store(in.bins).Save(ctx, retention, cl.UID, cl.Namespace, running, in.dir, logf, "--endpoints=unix://"+etcdSocket)
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
 	s := saved.Snapshot
 	s.RemovedForSpace = saved.RemovedForSpace
-	in.log.Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys, "removed", saved.Removed)
+	in.logger().Info("Took a snapshot of etcd", "snapshot", s.Name, "bytes", s.Size, "revision", s.Revision, "keys", s.Keys, "removed", saved.Removed)
 	in.mu.Lock()
 	after := in.enc // a rotation may have come meanwhile
 	in.mu.Unlock()
 	removed, err := b.settleKeys(cl.UID, &after, s.Name, before.Mark().Needs(after), nil)
 	switch {
 	case err != nil:
-		in.log.Error(err, "Recording the encryption keys the snapshot needs failed: until it is recorded, no kept key is removed", "snapshot", s.Name)
+		in.logger().Error(err, "Recording the encryption keys the snapshot needs failed: until it is recorded, no kept key is removed", "snapshot", s.Name)
 	case len(removed) > 0:
-		in.log.Info("Removed encryption keys no snapshot needs from beside the snapshots", "keys", removed)
+		in.logger().Info("Removed encryption keys no snapshot needs from beside the snapshots", "keys", removed)
 	}
 	return s, nil
 }

@@ -63,7 +63,11 @@ func (b *Backend) freedLocked() {
 		close(b.placeFreed)
 		b.placeFreed = nil
 	}
-	if b.opts.Notify == nil || b.usedLocked() >= b.opts.MaxClusters || len(b.waiting) == 0 {
+	if len(b.waiting) == 0 {
+		b.fillLocked() // no Cluster waits: the pools may refill (pool.go)
+		return
+	}
+	if b.opts.Notify == nil || b.usedLocked() >= b.opts.MaxClusters {
 		return
 	}
 	ws := slices.SortedFunc(maps.Values(b.waiting), func(x, y waiter) int { return cmp.Compare(x.rank, y.rank) })

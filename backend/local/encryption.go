@@ -75,7 +75,7 @@ func (in *instance) keepEncrypted(ctx context.Context) {
 			in.mu.Lock()
 			in.enc, in.encErr = s, ""
 			in.mu.Unlock()
-			in.log.Info("Rotating the encryption key: the API server restarts with the new one", "key", s.Writer())
+			in.logger().Info("Rotating the encryption key: the API server restarts with the new one", "key", s.Writer())
 			in.restart(procAPIServer)
 			return
 		}
@@ -86,7 +86,7 @@ func (in *instance) keepEncrypted(ctx context.Context) {
 		if n, err = encryption.Rewrite(ctx, in.adminConfig()); err == nil {
 			s.Migrated = s.Writer()
 			if err = encryption.Save(in.dir, s); err == nil {
-				in.log.Info("Rewrote every Secret with the encryption key", "key", s.Writer(), "secrets", n, "took", time.Since(start).Round(time.Millisecond).String())
+				in.logger().Info("Rewrote every Secret with the encryption key", "key", s.Writer(), "secrets", n, "took", time.Since(start).Round(time.Millisecond).String())
 				in.mu.Lock()
 				in.enc, in.encErr = s, ""
 				in.mu.Unlock()
@@ -101,7 +101,7 @@ func (in *instance) keepEncrypted(ctx context.Context) {
 		in.encErr = err.Error()
 		in.mu.Unlock()
 		if changed {
-			in.log.Error(err, "Encryption at rest: the next health check tries again")
+			in.logger().Error(err, "Encryption at rest: the next health check tries again")
 			in.b.notify(in)
 		}
 	}

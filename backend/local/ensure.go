@@ -113,6 +113,9 @@ type made struct {
 // want.Version, or one made from a snapshot. It is refused for capacity until a place frees.
 func (b *Backend) makeLocked(ctx context.Context, cl *clustersv1alpha1.Cluster, want backend.Want, set settings) (made, error) {
 	dir := b.dir(cl.UID)
+	if in := b.claimNewLocked(cl, dir, want); in != nil {
+		return made{in: in}, nil
+	}
 	if err := b.admitLocked(cl, dir, want); err != nil {
 		return made{}, err
 	}
@@ -152,6 +155,27 @@ func (b *Backend) makeLocked(ctx context.Context, cl *clustersv1alpha1.Cluster, 
 	return made{in: in, change: change, warnings: warnings}, nil
 }
 
+// claimNewLocked gives cl a spare of its profile's pool (claimLocked) if its cluster is to be made
+// now, new and empty: never made here (no folder, no provider status), not from a snapshot, of an
+// offered version.
+func (b *Backend) claimNewLocked(cl *clustersv1alpha1.Cluster, dir string, want backend.Want) *instance {
+	if want.NotOffered != nil || cl.Annotations[backend.AnnotationRestoreFrom] != "" {
+		return nil
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if _, ran := localStatus(cl); ran {
+		return nil
+	}
+	in := b.claimLocked(cl, dir, want.Version)
+	if in != nil {
+		delete(b.waiting, cl.UID)
+		in.logger().Info("Starting a cluster from a spare", "version", want.Version)
+	}
+	return in
+}
+
 // admitLocked refuses to start the cluster of cl in dir: a cluster never made whose version is
 // not offered (nothing to keep running), or any when --local-max-clusters run (it is started
 // once a place frees: capacity.go).
@@ -161,7 +185,7 @@ func (b *Backend) admitLocked(cl *clustersv1alpha1.Cluster, dir string, want bac
 			return want.NotOffered
 		}
 	}
-	if b.usedLocked() >= b.opts.MaxClusters {
+	if !b.roomLocked() {
 		return b.refuseLocked(cl.UID, backend.RefOf(cl))
 	}
 	delete(b.waiting, cl.UID)
@@ -317,7 +341,7 @@ func (b *Backend) reassignAPIServerPort(in *instance) error {
 	}
 	delete(b.ports.taken, old)
 	in.meta = m
-	in.log.Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
+	in.logger().Info("The API server's port was taken by another process; it moves", "oldPort", old, "port", port)
 	go in.restart(procControllerManager) // after in.mu is released
 	return nil
 }

@@ -30,7 +30,7 @@ func (in *instance) keepEtcdHealthy(ctx context.Context) *backend.Part {
 	policy := etcdmaint.Policy{Quota: in.b.opts.Tuning.etcdQuota(), Defrag: time.Since(in.defragged) >= backend.MaintenanceInterval, FreedAt: in.freedAt}
 	in.mu.Unlock()
 	member := etcdmaint.Member{Name: "etcd", URL: "http://etcd", Client: in.etcdMaint, Timeout: probeTimeout}
-	r := etcdmaint.Maintain(ctx, []etcdmaint.Member{member}, policy, func(msg string, kv ...any) { in.log.Info(msg, kv...) })
+	r := etcdmaint.Maintain(ctx, []etcdmaint.Member{member}, policy, func(msg string, kv ...any) { in.logger().Info(msg, kv...) })
 	in.mu.Lock()
 	in.freedAt = r.FreedAt
 	if len(r.Defragmented) > 0 {

@@ -28,6 +28,9 @@ const wakeTimeout = 90 * time.Second
 type frontDoor struct {
 	ln   net.Listener
 	port int
+	// uid is the cluster's (its key in Backend.doors); a claimed spare's door changes it.
+	// Guarded by the Backend's mu.
+	uid  types.UID
 	done chan struct{} // closed when the accept loop has ended
 
 	// open counts the client connections passed on now; last is when one was last opened or
@@ -171,8 +174,8 @@ func (b *Backend) openDoorLocked(m *meta) (*frontDoor, error) {
 	m.Ports.APIServer = d.port
 	b.ports.taken[d.port] = true
 	b.doors[m.UID] = d
-	uid := m.UID
-	go d.serve(func(c net.Conn) { b.pass(uid, d, c) })
+	d.uid = m.UID
+	go d.serve(func(c net.Conn) { b.pass(d, c) })
 	return d, nil
 }
 
@@ -187,11 +190,14 @@ func (b *Backend) takeDoorLocked(uid types.UID) *frontDoor {
 	return d
 }
 
-// pass hands the client connection c to the API server of the cluster with uid once it serves:
+// pass hands the client connection c to the API server of d's cluster once it serves:
 // at once when it does, after waking it when it is hibernated, after its restart when it
 // restarts. A connection to a cluster pinned in hibernation, or one whose API server does not
 // serve within wakeTimeout, is closed.
-func (b *Backend) pass(uid types.UID, d *frontDoor, c net.Conn) {
+func (b *Backend) pass(d *frontDoor, c net.Conn) {
+	b.mu.Lock()
+	uid := d.uid
+	b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
 	defer cancel()
 	in, err := b.serving(ctx, uid, triggerRequest)
@@ -202,7 +208,7 @@ func (b *Backend) pass(uid types.UID, d *frontDoor, c net.Conn) {
 	var dialer net.Dialer
 	up, err := dialer.DialContext(ctx, "tcp", in.upstream())
 	if err != nil {
-		in.log.V(1).Info("The API server did not take a connection of the front door", "err", err.Error())
+		in.logger().V(1).Info("The API server did not take a connection of the front door", "err", err.Error())
 		return
 	}
 	splice(d, c, up)

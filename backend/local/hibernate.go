@@ -127,7 +127,7 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 			b.mu.Unlock()
 			return
 		}
-		if b.usedLocked() < b.opts.MaxClusters {
+		if b.roomLocked() {
 			in.mu.Lock()
 			h, in.meta.Hibernated = in.meta.Hibernated, nil
 			in.mu.Unlock()
@@ -137,7 +137,7 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 		}
 		ch := b.placeFreedLocked()
 		b.mu.Unlock()
-		in.log.Info("A wake waits for a place: --local-max-clusters clusters are awake; it wakes once one hibernates or is deleted", "max", b.opts.MaxClusters)
+		in.logger().Info("A wake waits for a place: --local-max-clusters clusters are awake; it wakes once one hibernates or is deleted", "max", b.opts.MaxClusters)
 		select {
 		case <-ch:
 		case <-time.After(retryCapacity):
@@ -151,19 +151,19 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 	if !b.startWoken(in, h) {
 		return
 	}
-	in.log.Info("Waking the cluster", "trigger", trigger)
+	in.logger().Info("Waking the cluster", "trigger", trigger)
 	b.notify(in)
 	ctx, cancel := context.WithTimeout(context.Background(), wakeTimeout)
 	defer cancel()
 	for !in.waitServing(ctx, time.Second) {
 		if ctx.Err() != nil {
-			in.log.Info("The woken cluster's API server does not serve yet; its condition says why", "after", time.Since(began).Round(time.Millisecond).String())
+			in.logger().Info("The woken cluster's API server does not serve yet; its condition says why", "after", time.Since(began).Round(time.Millisecond).String())
 			return
 		}
 	}
 	took := time.Since(began)
 	backend.RecordWake(Name, trigger, took)
-	in.log.Info("Woke the cluster", "trigger", trigger, "took", took.Round(time.Millisecond).String())
+	in.logger().Info("Woke the cluster", "trigger", trigger, "took", took.Round(time.Millisecond).String())
 	in.notice(backend.Warning{Reason: backend.ReasonWoken, Message: fmt.Sprintf(
 		"Woke from hibernation (%s): the API server served %.2f s after it was asked for; data, endpoint, CA and kubeconfigs are those from before.", wakeWhy(trigger), took.Seconds())})
 	b.notify(in)
@@ -189,7 +189,7 @@ func (b *Backend) startWoken(in *instance, h *hibernated) bool {
 		b.countHibernatedLocked()
 		b.freedLocked()
 		if err != nil {
-			in.log.Error(err, "Waking the cluster failed; the next request tries again")
+			in.logger().Error(err, "Waking the cluster failed; the next request tries again")
 			in.setCAError(err)
 		}
 		return false
@@ -209,6 +209,8 @@ func wakeWhy(trigger string) string {
 		return "a client connected to its endpoint"
 	case triggerAnnotation:
 		return "annotation " + backend.AnnotationHibernate + " removed"
+	case triggerClaim:
+		return "a new Cluster claimed it from its profile's pool of hibernated spares"
 	default:
 		return "the operator needed it: an AccessRequest, a snapshot, an upgrade or a restore"
 	}
@@ -279,14 +281,14 @@ func (b *Backend) hibernate(in *instance, reason string) {
 	in.mu.Unlock()
 	if err := in.persist(); err != nil {
 		// It sleeps all the same; a restarted operator starts it (awake) from the old record.
-		in.log.Error(err, "Recording the hibernation in the cluster's record failed; the cluster is hibernated until this operator restarts")
+		in.logger().Error(err, "Recording the hibernation in the cluster's record failed; the cluster is hibernated until this operator restarts")
 	}
 	backend.RecordHibernation(Name, reason)
 	idle := ""
 	if reason == backend.ReasonIdle {
 		idle = fmt.Sprintf(" after %s without a client", in.idleAfterNow())
 	}
-	in.log.Info("Hibernated the cluster", "reason", reason)
+	in.logger().Info("Hibernated the cluster", "reason", reason)
 	in.notice(backend.Warning{Reason: backend.ReasonHibernated, Message: fmt.Sprintf(
 		"Hibernated (%s%s): etcd, kube-apiserver and kube-controller-manager stopped; data, certificates and keys kept; the first connection to %s wakes it.",
 		reason, idle, endpoint(b.opts.AdvertiseHost, m.Ports.APIServer))})
@@ -356,15 +358,24 @@ func (b *Backend) hibernateIdle(ctx context.Context) {
 			if in.started.After(last) {
 				last = in.started
 			}
-			if in.idleAfter > 0 && idle && in.holds.Load() == 0 && !in.asleepLocked() && !in.waking && !in.sleeping &&
-				in.api.Ready && in.kcm.Ready && now.Sub(last) >= in.idleAfter {
+			p := b.pools[in.meta.Spare]
+			spare := p != nil && p.Hibernated // a spare kept hibernated once made (pool.go)
+			if in.holds.Load() == 0 && !in.asleepLocked() && !in.waking && !in.sleeping && in.api.Ready && in.kcm.Ready &&
+				(spare || (in.idleAfter > 0 && idle && now.Sub(last) >= in.idleAfter)) {
 				due = append(due, in)
 			}
 			in.mu.Unlock()
 		}
+		b.countSparesLocked()
 		b.mu.Unlock()
 		for _, in := range due {
-			go b.hibernate(in, backend.ReasonIdle)
+			in.mu.Lock()
+			reason := backend.ReasonIdle
+			if in.meta.Spare != "" {
+				reason = reasonSpare
+			}
+			in.mu.Unlock()
+			go b.hibernate(in, reason)
 		}
 	}
 }
@@ -398,7 +409,7 @@ func (b *Backend) setHibernation(in *instance, idle time.Duration, demand string
 	in.meta = m
 	in.mu.Unlock()
 	if err := in.persist(); err != nil {
-		in.log.Error(err, "Recording the hibernate annotation in the cluster's record failed")
+		in.logger().Error(err, "Recording the hibernate annotation in the cluster's record failed")
 	}
 	switch {
 	case wakeIt:

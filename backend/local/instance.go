@@ -62,7 +62,8 @@ type instance struct {
 	dir   string
 	bins  Binaries
 	pki   *pki
-	log   logr.Logger
+	// logp is the cluster's logger (logger): a claimed spare's names its Cluster from then on.
+	logp  atomic.Pointer[logr.Logger]
 	probe *http.Client // authenticates as the admin; verifies the cluster CA
 	etcd  *http.Client // reaches etcd's client socket
 	// etcdMaint reaches it too, without the probes' timeout: a defragmentation takes its time.
@@ -129,7 +130,6 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	starting := backend.Part{Reason: backend.ReasonStarting}
 	in := &instance{
 		b: b, dir: dir, bins: bins, pki: p, meta: m,
-		log:       b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID),
 		etcd:      etcd,
 		etcdMaint: &http.Client{Transport: etcd.Transport},
 		api:       part{Part: starting},
@@ -138,6 +138,7 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 		procs:     map[string]*process{},
 		recheck:   make(chan struct{}, 1),
 	}
+	in.setLogger(m)
 	// The probe presents the admin certificate of the moment and verifies the API server with the
 	// trust bundle of the moment: a renewal or a CA rotation (renewIfDue) needs no new client.
 	if _, err := trustPool(p.CAPEM); err != nil {
@@ -150,6 +151,15 @@ func newInstance(b *Backend, dir string, m meta, bins Binaries, p *pki) (*instan
 	in.api.Message = "etcd and kube-apiserver " + bins.Version + " are starting."
 	in.kcm.Message = "kube-controller-manager " + bins.Version + " starts once the API server answers."
 	return in, nil
+}
+
+// logger is the logger of in's cluster.
+func (in *instance) logger() logr.Logger { return *in.logp.Load() }
+
+// setLogger names the cluster of record m in in's logs.
+func (in *instance) setLogger(m meta) {
+	l := in.b.log.WithValues("cluster", m.Namespace+"/"+m.Name, "uid", m.UID)
+	in.logp.Store(&l)
 }
 
 // adminConfig is the admin's config of in's API server, reached directly (not through the front
@@ -282,7 +292,7 @@ func (in *instance) supervise(ctx context.Context, name string, start func(conte
 		if in.takeHung(name) {
 			why = fmt.Sprintf("missed %d health checks in a row and was stopped", failuresAllowed(name))
 		}
-		in.log.Info("A process of the cluster exited; restarting it", "process", name, "why", why, "backoff", backoff)
+		in.logger().Info("A process of the cluster exited; restarting it", "process", name, "why", why, "backoff", backoff)
 		in.down(name, fmt.Sprintf("%s %s; restarting it in %s (logs in %s).",
 			name, why, backoff, filepath.Join(in.dir, logDir)), true)
 		if !sleep(ctx, backoff) {
@@ -380,7 +390,7 @@ func (in *instance) renewIfDue() {
 	}
 	p, err := in.b.loadPKI(in.dir, m)
 	if err != nil {
-		in.log.Error(err, "Renewing the cluster's certificates failed; trying again at the next health check")
+		in.logger().Error(err, "Renewing the cluster's certificates failed; trying again at the next health check")
 		in.setCAError(err)
 		return
 	}
@@ -393,10 +403,10 @@ func (in *instance) renewIfDue() {
 	// CA is dropped from the bundle, one of the old CA would be refused (401).
 	in.probe.CloseIdleConnections()
 	in.recordCertificates()
-	in.log.Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "certs.Rotation", string(p.rotation.Phase))
+	in.logger().Info("Renewed the cluster's certificates", "nextRenewal", p.RenewAt.UTC().Format(time.RFC3339), "certs.Rotation", string(p.rotation.Phase))
 	in.restart(procControllerManager)
 	if p.rotation.Phase != phase || failed {
-		in.log.Info("The CA rotation moved on", "from", string(phase), "to", string(p.rotation.Phase))
+		in.logger().Info("The CA rotation moved on", "from", string(phase), "to", string(p.rotation.Phase))
 		in.b.notify(in)
 	}
 }

@@ -103,6 +103,8 @@ type Backend struct {
 	placeFreed chan struct{}
 	// wakeSlots bounds the wakes under way at once to the cores (hibernate.go).
 	wakeSlots chan struct{}
+	// pools are the profiles' spec.pool, by profile name (pool.go).
+	pools map[string]*pool
 	// backupMu serializes snapshots: one at a time, whatever the cluster (disk and CPU of the pod).
 	backupMu sync.Mutex
 }
@@ -112,6 +114,8 @@ var (
 	_ backend.Backend                = &Bound{}
 	_ backend.Backups                = &Bound{}
 	_ backend.Authenticator          = &Bound{}
+	_ backend.Pooler                 = &Bound{}
+	_ backend.Pooler                 = &Backend{}
 	_ manager.LeaderElectionRunnable = &Backend{}
 )
 
@@ -174,6 +178,7 @@ func New(opts Options) (*Backend, error) {
 		restores:    map[types.UID]*restore{},
 		restoreErrs: map[types.UID]error{},
 		doors:       map[types.UID]*frontDoor{},
+		pools:       map[string]*pool{},
 		wakeSlots:   make(chan struct{}, max(runtime.NumCPU(), 2)),
 		ports:       portAllocator{host: bindAddress(opts.AdvertiseHost), taken: map[int]bool{}},
 	}, nil
@@ -285,11 +290,13 @@ func (b *Backend) Start(ctx context.Context) error {
 	}
 
 	b.settleGoneKeys(byUID)
+	b.settleSpares(entries, byUID)
 
 	b.mu.Lock()
 	b.adoptLocked(entries, byUID)
 	b.started = true
 	b.lockedBy = ""
+	b.fillLocked()
 	b.mu.Unlock()
 
 	idleCtx, stopIdle := context.WithCancel(ctx)
@@ -423,6 +430,9 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	if err := os.RemoveAll(b.dir(cl.UID)); err != nil {
 		return false, fmt.Errorf("removing the cluster's folder %s: %w", b.dir(cl.UID), err)
 	}
+	if in != nil && in.dir != b.dir(cl.UID) {
+		_ = os.Remove(in.dir) // the old name of a claimed spare's folder (pool.go): a link
+	}
 	backend.ForgetCertificates(backend.RefOf(cl))
 	return true, nil
 }
@@ -475,7 +485,7 @@ func (b *Backend) notify(in *instance) {
 
 // notifyRef notifies the Cluster of the record m.
 func (b *Backend) notifyRef(m meta) {
-	if b.opts.Notify != nil {
+	if b.opts.Notify != nil && m.Spare == "" { // a spare has no Cluster to tell
 		b.opts.Notify(backend.Ref{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Profile: m.Profile})
 	}
 }

@@ -84,7 +84,7 @@ func (in *instance) watchReady(ctx context.Context) {
 				}
 				if missed[name]++; missed[name] >= failuresAllowed(name) {
 					missed[name] = 0
-					in.log.Info("A process of the cluster missed its health checks; restarting it", "process", name, "missed", failuresAllowed(name))
+					in.logger().Info("A process of the cluster missed its health checks; restarting it", "process", name, "missed", failuresAllowed(name))
 					in.restartHung(name)
 				}
 			}
@@ -201,7 +201,7 @@ func (in *instance) etcdAlive(ctx context.Context) bool {
 
 func (in *instance) alive(ctx context.Context, name string, check func(context.Context) error) bool {
 	if err := check(ctx); err != nil {
-		in.log.V(1).Info("A process of the cluster missed a health check", "process", name, "err", err.Error())
+		in.logger().V(1).Info("A process of the cluster missed a health check", "process", name, "err", err.Error())
 		return false
 	}
 	return true
@@ -279,7 +279,7 @@ func (in *instance) apiUp(epoch int, version string) {
 	}
 	in.mu.Unlock()
 	if changed {
-		in.log.Info("The API server is ready", "version", version)
+		in.logger().Info("The API server is ready", "version", version)
 		in.b.notify(in)
 	}
 }
@@ -298,7 +298,7 @@ func (in *instance) kcmUp(epoch int) {
 		Message: "kube-controller-manager " + in.bins.Version + " runs its controllers."}
 	in.mu.Unlock()
 	if changed {
-		in.log.Info("The controller manager is ready")
+		in.logger().Info("The controller manager is ready")
 		in.b.notify(in)
 	}
 }

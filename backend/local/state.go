@@ -74,6 +74,9 @@ type meta struct {
 	// Demanded is the value of the Cluster's hibernate annotation the cluster was last hibernated
 	// for ("true" or "pinned"), or empty: a demand is carried out once.
 	Demanded string `json:"demanded,omitempty"`
+	// Spare, when set, is the profile a spare cluster is kept for (pool.go): it belongs to no
+	// Cluster yet, and its folder is <state-dir>/<UID> with a UID of spareDirPrefix.
+	Spare string `json:"spare,omitempty"`
 }
 
 // serviceCIDR is the cluster's service range.

@@ -72,7 +72,7 @@ func (b *Backend) checkChangeLocked(c *backend.VersionChange) *backend.VersionCh
 // ports: etcd first, then kube-apiserver, then kube-controller-manager. Data, CA, certificates
 // and every issued kubeconfig stay. A Delete or a stop of the backend meanwhile wins.
 func (b *Backend) upgrade(old *instance, up *upgrade) {
-	old.log.Info("Upgrading a cluster in place", "from", up.change.From, "to", up.change.To)
+	old.logger().Info("Upgrading a cluster in place", "from", up.change.From, "to", up.change.To)
 	old.stop(false)
 	old.mu.Lock()
 	m := old.meta
@@ -91,7 +91,7 @@ func (b *Backend) upgrade(old *instance, up *upgrade) {
 	up.old = nil
 	if err != nil {
 		delete(b.upgrades, m.UID) // the next Ensure starts the cluster from its record
-		old.log.Error(err, "Starting the upgraded cluster failed; the next reconcile tries again", "version", m.Version)
+		old.logger().Error(err, "Starting the upgraded cluster failed; the next reconcile tries again", "version", m.Version)
 		b.freedLocked()
 	}
 	b.mu.Unlock()

@@ -31,6 +31,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.kind) || self.backend == 'kind'",message="spec.kind is only allowed with backend kind"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosted) || self.backend == 'hosted'",message="spec.hosted is only allowed with backend hosted"
 // +kubebuilder:validation:XValidation:rule="!has(self.hibernation) || self.backend == 'local'",message="spec.hibernation is only supported with backend local (hosted and kind do not hibernate yet)"
+// +kubebuilder:validation:XValidation:rule="!has(self.pool) || self.pool.size == 0 || self.backend == 'local'",message="spec.pool is only supported with backend local (hosted and kind keep no spare clusters yet)"
 type ProviderConfigSpec struct {
 	// Backend runs the clusters: local, kind or hosted. It cannot be changed.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.backend is immutable; create a new ProviderConfig for another backend"
@@ -79,6 +80,36 @@ type ProviderConfigSpec struct {
 	// idle-hibernated; the annotation hibernation.clusters.openmcp.cloud/hibernate works either way.
 	// +optional
 	Hibernation *HibernationPolicy `json:"hibernation,omitempty"`
+
+	// Pool keeps spare control planes of the default version ready, for the backends that run
+	// them (local): a new Cluster of that version claims one (its own CA, keys and data, never
+	// shared) and is Ready at once, and the pool refills behind it (PoolPolicy). Unset: none.
+	// +optional
+	Pool *PoolPolicy `json:"pool,omitempty"`
+}
+
+// PoolPolicy says how many spare control planes a profile keeps, and how.
+type PoolPolicy struct {
+	// Size is how many spare clusters of the profile's default version are kept, 0 to 20. Spares
+	// take places of the operator's --local-max-clusters while they run, and give them up to
+	// Clusters that need one.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
+	Size int32 `json:"size"`
+
+	// Hibernated keeps the spares hibernated once they are made (no process runs: they cost
+	// disk, not memory), so a claim wakes one, in about two seconds; unset, they run, and a
+	// claimed one is Ready at once.
+	// +optional
+	Hibernated bool `json:"hibernated,omitempty"`
+}
+
+// SizeOf is the pool size of p; 0 for a nil policy.
+func (p *PoolPolicy) SizeOf() int {
+	if p == nil {
+		return 0
+	}
+	return int(p.Size)
 }
 
 // HibernationPolicy says when a profile's Clusters hibernate by themselves.
@@ -366,6 +397,20 @@ type ProviderConfigStatus struct {
 	// Profile names the ClusterProfile generated from this ProviderConfig.
 	// +optional
 	Profile string `json:"profile,omitempty"`
+
+	// Pool is the state of the spare clusters spec.pool asks for; unset without a pool.
+	// +optional
+	Pool *PoolStatus `json:"pool,omitempty"`
+}
+
+// PoolStatus counts a profile's spare clusters.
+type PoolStatus struct {
+	// Version is the Kubernetes version of the spares: the profile's default.
+	Version string `json:"version"`
+	// Ready is how many spares a new Cluster can claim now (running, or hibernated once made).
+	Ready int32 `json:"ready"`
+	// Starting is how many are being made.
+	Starting int32 `json:"starting"`
 }
 
 // ProviderConfig configures one ClusterProfile of this ClusterProvider and the controllers that
