@@ -58,10 +58,10 @@ const kcmReadyCheck = "clusterrole-aggregation-controller"
 // every change: the API server's readiness (etcd and kube-apiserver) and the controller manager's
 // are tracked apart, so the Cluster's conditions say which part is missing.
 type instance struct {
-	b     *Backend
-	dir   string
-	bins  Binaries
-	pki   *pki
+	b    *Backend
+	dir  string
+	bins Binaries
+	pki  *pki
 	// logp is the cluster's logger (logger): a claimed spare's names its Cluster from then on.
 	logp  atomic.Pointer[logr.Logger]
 	probe *http.Client // authenticates as the admin; verifies the cluster CA
