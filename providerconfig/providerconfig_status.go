@@ -69,7 +69,8 @@ func setClustersRemaining(pc *providersv1alpha1.ProviderConfig, profile string, 
 		n, profile, example))
 }
 
-// finish sets observedGeneration and the phase from the conditions.
+// finish sets observedGeneration and the phase from the conditions. PoolReady is informational:
+// the profile serves while its pool fills.
 func finish(pc *providersv1alpha1.ProviderConfig) {
-	kit.ReconciledPhase(&pc.Status.Status, pc.Generation, !pc.DeletionTimestamp.IsZero())
+	kit.ReconciledPhase(&pc.Status.Status, pc.Generation, !pc.DeletionTimestamp.IsZero(), ConditionPoolReady)
 }

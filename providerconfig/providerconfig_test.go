@@ -416,3 +416,52 @@ func TestFirstReconcileSucceeds(t *testing.T) {
 	assert.Contains(t, got.Finalizers, kit.Finalizer(testProvider))
 	assert.Contains(t, f.running, profileName(pc))
 }
+
+// TestPool: a ProviderConfig with spec.pool has its backend keep that many spares of its default
+// version; its status counts them and PoolReady says whether the pool is full (informational: the
+// profile is Ready meanwhile); removing spec.pool, or the ProviderConfig, removes the spares. The
+// API server refuses a pool for a backend that keeps none.
+func TestPool(t *testing.T) {
+	startOperator(t)
+	ctx := context.Background()
+	pc := newProviderConfig(t, func(pc *providersv1alpha1.ProviderConfig) {
+		pc.Spec.Pool = &providersv1alpha1.PoolPolicy{Size: 2, Hibernated: true}
+	})
+	name := profileName(pc)
+	got := waitPhase(t, pc, common.PhaseReady)
+	requireCondition(t, got.Status.Status, ConditionPoolReady, metav1.ConditionFalse, ReasonPoolFilling)
+	assert.Equal(t, &providersv1alpha1.PoolStatus{Version: "1.37.1", Starting: 2}, got.Status.Pool)
+	p, _ := poolOf(name)
+	assert.Equal(t, backend.Pool{Size: 2, Version: "1.37.1", Hibernated: true}, p)
+
+	fakePools.Lock()
+	fakePools.ready[name] = 2
+	fakePools.Unlock()
+	eventually(t, func() bool { // looked at again without an event (poolRecheck)
+		cur, _ := get(t, client.ObjectKeyFromObject(pc), &providersv1alpha1.ProviderConfig{})
+		c := meta.FindStatusCondition(cur.Status.Conditions, ConditionPoolReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonPoolFull &&
+			cur.Status.Pool != nil && cur.Status.Pool.Ready == 2
+	}, "PoolReady never became True")
+
+	cur := pc.DeepCopy()
+	testenv.Update(ctx, t, env.Client, cur, func(cur *providersv1alpha1.ProviderConfig) { cur.Spec.Pool = nil })
+	got = waitPhase(t, cur, common.PhaseReady)
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ConditionPoolReady))
+	assert.Nil(t, got.Status.Pool)
+	p, _ = poolOf(name)
+	assert.Zero(t, p.Size, "the spares removed")
+
+	testenv.Update(ctx, t, env.Client, cur, func(cur *providersv1alpha1.ProviderConfig) {
+		cur.Spec.Pool = &providersv1alpha1.PoolPolicy{Size: 1}
+	})
+	eventually(t, func() bool { p, _ := poolOf(name); return p.Size == 1 }, "the pool set again")
+	require.NoError(t, env.Client.Delete(ctx, cur))
+	eventually(t, func() bool { p, _ := poolOf(name); return p.Size == 0 }, "the spares of a deleted ProviderConfig removed")
+
+	bad := &providersv1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{GenerateName: "pc-"}, Spec: providersv1alpha1.ProviderConfigSpec{
+		Backend: providersv1alpha1.BackendKind, Pool: &providersv1alpha1.PoolPolicy{Size: 1}}}
+	err := env.Client.Create(ctx, bad)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "spec.pool is only supported with backend local")
+}

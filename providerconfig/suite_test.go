@@ -113,6 +113,30 @@ func (versionsBackend) AdminConfig(context.Context, *clustersv1alpha1.Cluster) (
 	return nil, errors.New("test double: no cluster")
 }
 
+// fakePools is what versionsBackend.SetPool was told last, by profile, and how many spares it
+// reports ready for a profile (ready; none unless a test says so).
+var fakePools = struct {
+	sync.Mutex
+	set   map[string]backend.Pool
+	ready map[string]int
+}{set: map[string]backend.Pool{}, ready: map[string]int{}}
+
+func (versionsBackend) SetPool(profile string, p backend.Pool) backend.PoolState {
+	fakePools.Lock()
+	defer fakePools.Unlock()
+	fakePools.set[profile] = p
+	ready := min(fakePools.ready[profile], p.Size)
+	return backend.PoolState{Ready: ready, Starting: p.Size - ready}
+}
+
+// poolOf is what versionsBackend.SetPool was told last for profile, and whether it was told.
+func poolOf(profile string) (backend.Pool, bool) {
+	fakePools.Lock()
+	defer fakePools.Unlock()
+	p, ok := fakePools.set[profile]
+	return p, ok
+}
+
 func profileName(pc *providersv1alpha1.ProviderConfig) string {
 	return profile.Name(testEnvironment, testProvider, pc.Name)
 }
