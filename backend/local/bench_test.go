@@ -303,6 +303,14 @@ var benchTunings = []struct {
 	{"watchcache-on", func() Tuning { t := DefaultTuning; t.WatchCache = true; return t }()},
 	{"kcm-1-worker", func() Tuning { t := DefaultTuning; t.ConcurrentSyncs = 1; return t }()},
 	{"apiserver-140MiB", func() Tuning { t := DefaultTuning; t.APIServerGOMEMLIMIT = "140MiB"; return t }()},
+	{"gogc-25", func() Tuning { t := DefaultTuning; t.GOGC = "25"; return t }()},
+	{"gogc-10", func() Tuning { t := DefaultTuning; t.GOGC = "10"; return t }()},
+	{"gogc-25-api-128MiB", func() Tuning { t := DefaultTuning; t.GOGC = "25"; t.APIServerGOMEMLIMIT = "128MiB"; return t }()},
+	{"no-apf", func() Tuning {
+		t := DefaultTuning
+		t.APIServerArgs = []string{"--enable-priority-and-fairness=false"}
+		return t
+	}()},
 	{"tight-memlimit", func() Tuning {
 		t := DefaultTuning
 		t.APIServerGOMEMLIMIT, t.ControllerManagerGOMEMLIMIT, t.EtcdGOMEMLIMIT = "120MiB", "40MiB", "32MiB"

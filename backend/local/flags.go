@@ -38,6 +38,9 @@ type Tuning struct {
 	// EtcdQuotaBytes is etcd's --quota-backend-bytes: past it etcd raises its NOSPACE alarm and
 	// takes no more writes (etcdhealth.go). Zero is DefaultEtcdQuota.
 	EtcdQuotaBytes int64
+	// EtcdArgs, APIServerArgs and ControllerManagerArgs are appended to each process's flags
+	// (a flag given twice takes the last value): variants of BenchmarkIdleRSS, diagnosis.
+	EtcdArgs, APIServerArgs, ControllerManagerArgs []string
 }
 
 // DefaultEtcdQuota is the quota of a cluster's etcd: a small cluster needs neither the default
@@ -121,7 +124,7 @@ func apiServerArgs(dir, advertiseHost, serviceCIDR string, p ports, t Tuning, au
 	} else {
 		args = append(args, "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none")
 	}
-	return args
+	return append(args, t.APIServerArgs...)
 }
 
 // controllerManagerArgs are the flags of a cluster's kube-controller-manager: its own client
@@ -146,7 +149,7 @@ func controllerManagerArgs(dir, serviceCIDR string, p ports, t Tuning) []string 
 			args = append(args, fmt.Sprintf("--%s=%d", f, n))
 		}
 	}
-	return args
+	return append(args, t.ControllerManagerArgs...)
 }
 
 // kcmConcurrencyFlags are the worker counts of the controllers a local cluster runs.

@@ -305,12 +305,12 @@ func (in *instance) idleAfterNow() time.Duration {
 	return in.idleAfter
 }
 
-// countHibernatedLocked sets the hibernated clusters gauge.
+// countHibernatedLocked sets the hibernated clusters gauge (spares are counted apart: pool.go).
 func (b *Backend) countHibernatedLocked() {
 	n := 0
 	for _, in := range b.instances {
 		in.mu.Lock()
-		if in.asleepLocked() {
+		if in.asleepLocked() && in.meta.Spare == "" {
 			n++
 		}
 		in.mu.Unlock()

@@ -316,7 +316,7 @@ func exitText(err error) string {
 
 func (in *instance) startEtcd(context.Context) (*process, error) {
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.Etcd(), etcdArgs(in.dir, t.etcdQuota()), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
+	return startProcess(in.bins.Etcd(), append(etcdArgs(in.dir, t.etcdQuota()), t.EtcdArgs...), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
 }
 
 // startAPIServer starts kube-apiserver. If its port was taken in the meantime by another
@@ -414,6 +414,10 @@ func (in *instance) renewIfDue() {
 // recordCertificates sets the expiry gauges of the cluster's certificates and CAs.
 func (in *instance) recordCertificates() {
 	in.mu.Lock()
+	if in.meta.Spare != "" { // no Cluster yet: recorded when one claims it (pool.go)
+		in.mu.Unlock()
+		return
+	}
 	ref := backend.Ref{NamespacedName: types.NamespacedName{Namespace: in.meta.Namespace, Name: in.meta.Name}, Profile: in.meta.Profile}
 	notAfter := maps.Clone(in.pki.NotAfter)
 	caNotAfter := maps.Clone(in.pki.CANotAfter)

@@ -68,13 +68,13 @@ func (b *Backend) setPool(profile string, p backend.Pool, set settings) backend.
 	return b.poolStateLocked(profile)
 }
 
-// poolStateLocked counts the spares of profile.
+// poolStateLocked counts the spares of profile; of every profile for "".
 func (b *Backend) poolStateLocked(profile string) backend.PoolState {
 	var s backend.PoolState
 	for _, in := range b.instances {
 		in.mu.Lock()
 		switch {
-		case in.meta.Spare != profile:
+		case in.meta.Spare == "" || (profile != "" && in.meta.Spare != profile):
 		case in.spareReadyLocked():
 			s.Ready++
 		default:
@@ -262,6 +262,7 @@ func (b *Backend) takeSpareLocked(in *instance, uid types.UID, cl *clustersv1alp
 	in.notices = nil
 	in.mu.Unlock()
 	in.setLogger(m)
+	in.recordCertificates()
 	delete(b.instances, uid)
 	b.instances[cl.UID] = in
 	if d := b.doors[uid]; d != nil {
@@ -282,19 +283,8 @@ func (in *instance) asleep() bool {
 
 // countSparesLocked sets the spares gauge.
 func (b *Backend) countSparesLocked() {
-	ready, starting := 0, 0
-	for _, in := range b.instances {
-		in.mu.Lock()
-		if in.meta.Spare != "" {
-			if in.spareReadyLocked() {
-				ready++
-			} else {
-				starting++
-			}
-		}
-		in.mu.Unlock()
-	}
-	backend.SetSpares(Name, ready, starting)
+	s := b.poolStateLocked("")
+	backend.SetSpares(Name, s.Ready, s.Starting)
 }
 
 // settleSpares runs before the folders of --state-dir are adopted: it removes the links left for

@@ -191,7 +191,9 @@ const hibernatedCopies = 100
 // stacks after a GC, per adopted cluster), rss-KiB-per-cluster (the test process's VmRSS, per
 // cluster) and adopt-s (how long the adoption took). It then wakes HIBERNATED_WAKE clusters
 // (default 0), one after the other, each left awake, and reports their first requests'
-// wake-p50-s and wake-max-s.
+// wake-p50-s and wake-max-s, and the host's memory in use (MemTotal - MemAvailable of
+// /proc/meminfo) before the wakes and once the woken clusters are complete: host-used-GiB-hibernated,
+// host-used-GiB-awake.
 func BenchmarkHibernatedMemory(b *testing.B) {
 	copies := envInt(b, "HIBERNATED_CLUSTERS", hibernatedCopies)
 	wakeN := envInt(b, "HIBERNATED_WAKE", 0)
@@ -241,15 +243,29 @@ func BenchmarkHibernatedMemory(b *testing.B) {
 
 		if wakeN > 0 {
 			// One after the other, each left awake: the platform with wakeN of them active.
+			used := func() float64 {
+				total, err := testenv.MemInfoKiB("MemTotal:")
+				require.NoError(b, err)
+				avail, err := testenv.MemInfoKiB("MemAvailable:")
+				require.NoError(b, err)
+				return float64(total-avail) / (1 << 20)
+			}
+			usedBefore := used()
 			took := make([]time.Duration, wakeN)
 			for i := range wakeN {
 				took[i], err = firstRequest(b.Context(), h.endpointConfig(b, cls[i]))
 				require.NoError(b, err, "cluster %d", i)
 			}
+			for _, c := range cls[:wakeN] {
+				_, _, err := h.awaitReady(b.Context(), c) // complete: the controller managers too
+				require.NoError(b, err)
+			}
 			w := seconds(took)
 			b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
 			b.ReportMetric(w[len(w)-1], "wake-max-s")
 			b.ReportMetric(float64(wakeN), "awake")
+			b.ReportMetric(usedBefore, "host-used-GiB-hibernated")
+			b.ReportMetric(used(), "host-used-GiB-awake")
 		}
 		h.stop()
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -101,6 +102,49 @@ func TestHibernation(t *testing.T) {
 		out, err := kubectl(t, after, "-n", "sample-apps", "get", "configmap", "before-sleep", "-o", "name")
 		require.NoError(c, err, "%s", out)
 	}, convergeWithin, poll, "the kubeconfig of the AccessRequest made while hibernated")
+
+	checkPool(t, platform, pc, cl.Namespace, stateDir)
+}
+
+// checkPool turns the pool of pc on with kubectl, waits for its spare, creates a Cluster of the
+// profile and checks that it was made from the spare (the spare's folder name is left as a link
+// to the Cluster's folder) and is Ready; then turns the pool off, which removes the new spare.
+func checkPool(t *testing.T, platform string, pc *providersv1alpha1.ProviderConfig, ns, stateDir string) {
+	t.Helper()
+	ctx := t.Context()
+	out, err := kubectl(t, platform, "patch", "providerconfig", pc.Name, "--type=merge", "-p", `{"spec":{"pool":{"size":1}}}`)
+	require.NoError(t, err, "%s", out)
+	var spare string
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		got := &providersv1alpha1.ProviderConfig{}
+		require.NoError(c, env.Client.Get(ctx, client.ObjectKeyFromObject(pc), got))
+		require.NotNil(c, got.Status.Pool)
+		assert.Equal(c, int32(1), got.Status.Pool.Ready, "a ready spare")
+		dirs, _ := filepath.Glob(filepath.Join(stateDir, "spare-*"))
+		require.Len(c, dirs, 1)
+		spare = dirs[0]
+	}, convergeWithin, poll, "the pool's spare")
+
+	claimed := readSample(t, "cluster.yaml", &clustersv1alpha1.Cluster{})
+	claimed.Name, claimed.Namespace = "from-the-pool", ns
+	claimed.Spec.Profile = "default.e2eh." + pc.Name
+	require.NoError(t, env.Client.Create(ctx, claimed))
+	claimed = waitReady(t, claimed)
+	link, err := os.Readlink(spare)
+	require.NoError(t, err, "the spare's folder became the Cluster's")
+	assert.Equal(t, string(claimed.UID), link)
+
+	out, err = kubectl(t, platform, "patch", "providerconfig", pc.Name, "--type=json", "-p", `[{"op":"remove","path":"/spec/pool"}]`)
+	require.NoError(t, err, "%s", out)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		paths, err := filepath.Glob(filepath.Join(stateDir, "spare-*"))
+		require.NoError(c, err)
+		for _, p := range paths {
+			fi, err := os.Lstat(p)
+			require.NoError(c, err)
+			assert.NotZero(c, fi.Mode()&os.ModeSymlink, "%s: only the links of claimed spares are left", p)
+		}
+	}, convergeWithin, poll, "the spares removed with the pool")
 }
 
 // waitHibernated waits until cl's condition Hibernated is True for reason and returns the Cluster.

@@ -15,7 +15,15 @@ import (
 // ProcKiB reads the "<field> N kB" line of /proc/<pid>/<file>, e.g. ("status", "VmRSS:") or
 // ("smaps_rollup", "Pss:").
 func ProcKiB(pid int, file, field string) (int64, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + file)
+	return fileKiB("/proc/"+strconv.Itoa(pid)+"/"+file, field)
+}
+
+// MemInfoKiB reads a field of /proc/meminfo in KiB (e.g. "MemAvailable:"): the host's memory.
+func MemInfoKiB(field string) (int64, error) { return fileKiB("/proc/meminfo", field) }
+
+// fileKiB reads the "<field> <n> kB" line of the proc file path.
+func fileKiB(path, field string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, err
 	}
@@ -28,14 +36,14 @@ func ProcKiB(pid int, file, field string) (int64, error) {
 		}
 		fields := strings.Fields(rest) // "123456 kB"
 		if len(fields) != 2 || fields[1] != "kB" {
-			return 0, fmt.Errorf("pid %d: unexpected %s line %q", pid, field, sc.Text())
+			return 0, fmt.Errorf("%s: unexpected %s line %q", path, field, sc.Text())
 		}
 		return strconv.ParseInt(fields[0], 10, 64)
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("pid %d: no %s in /proc/%d/%s", pid, field, pid, file)
+	return 0, fmt.Errorf("no %s in %s", field, path)
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times (100 on Linux).
