@@ -141,7 +141,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 		return reconcile.Result{}, nil
 	}
 	setCondition(pc, ConditionSpecValid, true, ReasonValid, "The spec is valid.")
-	offer := r.offer(pc)
+	be := profile.Bind(r.Backends.Get(string(pc.Spec.Backend)), pc)
+	offer := r.offer(pc, be)
 
 	if err := r.publish(ctx, pc, name, offer.Versions); err != nil {
 		reason := kit.ReasonOf(err, ReasonPublishFailed)
@@ -156,17 +157,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, pc *providersv1alpha1.
 	if err := r.run(ctx, pc, name); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{RequeueAfter: r.pool(pc, name, offer)}, nil
+	return reconcile.Result{RequeueAfter: r.pool(pc, name, offer, be)}, nil
 }
 
 // poolRecheck is how often the state of a pool that is not full is looked at again.
 const poolRecheck = 5 * time.Second
 
-// pool keeps the spare clusters pc's spec.pool asks for (backend.Pooler), records their state in
-// the status, and returns when to look again (0: the pool is full, or there is none).
-func (r *Reconciler) pool(pc *providersv1alpha1.ProviderConfig, name string, offer backend.Offer) time.Duration {
+// pool keeps the spare clusters pc's spec.pool asks for with be (bound to pc; a backend.Pooler
+// keeps spares), records their state in the status, and returns when to look again (0: the pool is
+// full, or there is none).
+func (r *Reconciler) pool(pc *providersv1alpha1.ProviderConfig, name string, offer backend.Offer, be backend.Backend) time.Duration {
 	size := pc.Spec.Pool.SizeOf()
-	pooler, ok := profile.Bind(r.Backends.Get(string(pc.Spec.Backend)), pc).(backend.Pooler)
+	pooler, ok := be.(backend.Pooler)
 	if !ok {
 		pc.Status.Pool = nil
 		if size == 0 {
@@ -213,9 +215,8 @@ func (r *Reconciler) dropPools(name string) {
 }
 
 // offer computes the versions the profile offers and records in a condition which wanted versions
-// the backend (bound to pc, as the profile's) does not serve.
-func (r *Reconciler) offer(pc *providersv1alpha1.ProviderConfig) backend.Offer {
-	be := profile.Bind(r.Backends.Get(string(pc.Spec.Backend)), pc)
+// the backend be (bound to pc, as the profile's; nil if it does not run here) does not serve.
+func (r *Reconciler) offer(pc *providersv1alpha1.ProviderConfig, be backend.Backend) backend.Offer {
 	offer := profile.OfferOf(pc, be)
 	switch {
 	case be == nil:
