@@ -251,11 +251,19 @@ func TestCapacityFrees(t *testing.T) {
 // waited for (reproduced: TestBackupSchedule made to fail there, then TestCapacityFrees red at the
 // same line as in the issue). Without DeleteAtCleanup the leftover here outlives its test, and
 // the next operator serves it: it runs, or waits for the place, whichever of it and "fresh" its
-// reconciler comes to first. Each operator has a fake backend of one place.
+// reconciler comes to first. The two operators share one fake backend of one place, as two runs
+// of an operator share the clusters of their backend: the second finishes the leftover's deletion
+// with the snapshot before it (spec.backup.snapshotBeforeDelete, on by default) of the cluster the
+// first made. (With a fake of its own, the second operator had no such cluster: the snapshot was
+// refused and the deletion waited, a failure under load, when the first operator had not finished
+// the deletion before it stopped.)
 func TestLeftovers(t *testing.T) {
-	var left *clustersv1alpha1.Cluster
+	var (
+		left *clustersv1alpha1.Cluster
+		fake *backendtest.Fake
+	)
 	require.True(t, t.Run("left", func(t *testing.T) {
-		startFake(t, backendtest.Options{MaxClusters: 1})
+		fake = startFake(t, backendtest.Options{MaxClusters: 1})
 		left = newCluster(t, env.Namespace(t), "left", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
 		waitCluster(t, client.ObjectKeyFromObject(left), "the leftover is Ready", isReady)
 	}))
@@ -267,7 +275,7 @@ func TestLeftovers(t *testing.T) {
 		require.True(t, apierrors.IsNotFound(err), "%v", err)
 	}
 
-	startFake(t, backendtest.Options{MaxClusters: 1})
+	operator.Start(t, env, operator.Options{ProviderName: testProvider, Environment: testEnvironment, Backend: fake})
 	fresh := newCluster(t, env.Namespace(t), "fresh", profile.Name(testEnvironment, testProvider, newProviderConfig(t).Name), "")
 	waitCluster(t, client.ObjectKeyFromObject(fresh), "the next test's Cluster gets the place", isReady)
 	gone(t, left) // its deletion is finished by the next operator
