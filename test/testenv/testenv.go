@@ -107,8 +107,10 @@ func startEnvtest(prefix string, defs []*apiextensionsv1.CustomResourceDefinitio
 		return nil, err
 	}
 	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{APIServer: &envtest.APIServer{
-			CertDir: certDir, StopTimeout: apiServerStopTimeout}},
+		ControlPlane: envtest.ControlPlane{
+			APIServer: &envtest.APIServer{CertDir: certDir, StartTimeout: startTimeout, StopTimeout: apiServerStopTimeout},
+			Etcd:      &envtest.Etcd{StartTimeout: startTimeout},
+		},
 		BinaryAssetsDirectory: assets,
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: defs},
 		ErrorIfCRDPathMissing: defs != nil,
@@ -126,6 +128,11 @@ func startEnvtest(prefix string, defs []*apiextensionsv1.CustomResourceDefinitio
 	}
 	return e, nil
 }
+
+// startTimeout is how long etcd and the API server may take to start. envtest's default (20 s)
+// was too short on a machine busy with other suites and a kind platform: the API server's start
+// timed out five times in a row and the package failed before its first test.
+const startTimeout = 2 * time.Minute
 
 // apiServerStopTimeout is how long the API server may take to stop after SIGTERM before it is
 // killed. Its graceful shutdown waits for long-running requests and has been seen to take more
