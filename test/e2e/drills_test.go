@@ -180,6 +180,9 @@ func TestLeaderHandoff(t *testing.T) {
 		require.NoError(c, err)
 		assert.Equal(c, "v", got.Data["k"])
 	}, clusterReadyWithin, poll, "the standby adopts the cluster with its data, on %s", endpoint)
+	// The probe's own requests see the cluster back a little later than the check above did (its
+	// goroutine, one request per 100 ms): awaited, not read at once.
+	require.Eventually(t, probe.back, clusterReadyWithin, poll, "the probe's requests are answered again")
 	lost, answered := probe.stop()
 	require.False(t, lost.IsZero() || answered.IsZero(), "the cluster went down with its leader and came back (down %v, back %v)", lost, answered)
 	again := waitReady(t, cl)
@@ -314,6 +317,13 @@ func pollNamespace(ctx context.Context, c kubernetes.Interface, interval, timeou
 		}
 		record(sent, took, err)
 	}
+}
+
+// back reports whether the probe saw the cluster stop answering and answer again.
+func (p *probe) back() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.lost.IsZero() && !p.answer.IsZero()
 }
 
 // stop ends the probe and returns when the cluster stopped and started answering.
