@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,4 +103,56 @@ func Hibernations(backend, reason string) float64 {
 		return 0
 	}
 	return m.GetCounter().GetValue()
+}
+
+// What woke a cluster: the trigger label of cluster_provider_wakes_total (WakeWhy says it in words).
+const (
+	TriggerRequest    = "request"
+	TriggerOperator   = "operator"
+	TriggerAnnotation = "annotation"
+	TriggerClaim      = "claim"
+)
+
+// WakeWhy says in words what a trigger is, for the Event of a wake.
+func WakeWhy(trigger string) string {
+	switch trigger {
+	case TriggerRequest:
+		return "a client connected to its endpoint"
+	case TriggerAnnotation:
+		return "annotation " + AnnotationHibernate + " removed"
+	case TriggerClaim:
+		return "a new Cluster claimed it from its profile's pool of hibernated spares"
+	default:
+		return "the operator needed it: an AccessRequest, a snapshot, an upgrade or a restore"
+	}
+}
+
+// HibernationPart is the PartHibernated of a cluster hibernated since since for reason (nil: it is
+// awake), of a profile that hibernates it after idleAfter without a client (0: never), with the
+// value demanded of AnnotationHibernate; stopped says what hibernation stopped ("no process runs").
+// ok is false where there is nothing to say: awake, no idle time, no annotation.
+func HibernationPart(since *time.Time, reason string, idleAfter time.Duration, demanded, stopped string) (p Part, ok bool) {
+	if since == nil {
+		if idleAfter == 0 && demanded == "" {
+			return Part{}, false
+		}
+		msg := "The cluster is awake."
+		if idleAfter > 0 {
+			msg += fmt.Sprintf(" It hibernates after %s without a client connection (spec.hibernation.idleAfter of its ProviderConfig).", idleAfter)
+		}
+		return Part{Type: PartHibernated, Reason: ReasonAwake, Message: msg}, true
+	}
+	msg := fmt.Sprintf("Hibernated since %s", since.UTC().Format(time.RFC3339))
+	if reason == ReasonIdle {
+		msg += fmt.Sprintf(", after %s without a client", idleAfter)
+	} else {
+		msg += ", on demand (annotation " + AnnotationHibernate + ")"
+	}
+	msg += ": " + stopped + "; data, certificates and keys are kept. "
+	if demanded == HibernatePinned {
+		msg += "Pinned: connections are refused until the annotation is removed or set to \"true\"."
+	} else {
+		msg += "The first connection to its endpoint wakes it; that request waits for the API server to start."
+	}
+	return Part{Type: PartHibernated, Ready: true, Reason: reason, Message: msg}, true
 }

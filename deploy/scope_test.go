@@ -119,6 +119,15 @@ func keyWrapping(ns string) *corev1.Secret {
 		Type: corev1.SecretTypeOpaque, Immutable: ptr.To(true), Data: map[string][]byte{"key": make([]byte, 32)}}
 }
 
+// frontDoorBinding is a RoleBinding in ns of ClusterRole role to ServiceAccount front-door of
+// saNamespace (what the hosted backend makes for a front door: role cluster-provider-front-door,
+// saNamespace ns).
+func frontDoorBinding(ns, role, saNamespace string) *rbacv1.RoleBinding {
+	return &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "front-door"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "front-door", Namespace: saNamespace}}}
+}
+
 // scopeCase is one write the operator's identity tries, with whether it is allowed.
 type scopeCase struct {
 	what    string
@@ -186,6 +195,15 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 		}, true},
 		{"create the hosted backend's key-wrapping Secret in its own namespace", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, keyWrapping(own), dry)
+		}, true},
+		{"create a front door's ServiceAccount and Lease in an hcp-* namespace it made", func(op client.Client, _ kubernetes.Interface) error {
+			if err := op.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.hcp, Name: "front-door"}}, dry); err != nil {
+				return err
+			}
+			return op.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.hcp, Name: "front-door"}}, dry)
+		}, true},
+		{"bind the front doors' ClusterRole to the door's ServiceAccount in an hcp-* namespace it made", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, frontDoorBinding(f.hcp, "cluster-provider-front-door", f.hcp), dry)
 		}, true},
 
 		// What it must not do.
@@ -306,6 +324,19 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 		}, false},
 		{"create a Lease in kube-system", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-scheduler-x"}}, dry)
+		}, false},
+		{"bind another ClusterRole in an hcp-* namespace it made", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, frontDoorBinding(f.hcp, "edit", f.hcp), dry)
+		}, false},
+		{"bind the front doors' ClusterRole to a ServiceAccount of another namespace", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, frontDoorBinding(f.hcp, "cluster-provider-front-door", "kube-system"), dry)
+		}, false},
+		{"bind the front doors' ClusterRole in a user's namespace", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, frontDoorBinding(f.user, "cluster-provider-front-door", f.user), dry)
+		}, false},
+		{"widen the front doors' ClusterRole", func(op client.Client, _ kubernetes.Interface) error {
+			return op.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cluster-provider-front-door"},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}}, dry)
 		}, false},
 		{"bind itself a ClusterRole", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "x"},

@@ -2,7 +2,7 @@
 # `make controlplane-image`: the hosted backend's control-plane image, FROM scratch, nothing
 # pulled: kube-apiserver, kube-controller-manager, etcd, etcdctl and etcdutl (the binaries `make
 # envtest` builds from the Go module proxy), etcd-snapshot (cmd/etcd-snapshot) and audit-log
-# (cmd/audit-log) in /usr/local/bin, CA certificates (for OIDC issuers), a passwd entry for
+# (cmd/audit-log) and front-door (cmd/front-door) in /usr/local/bin, CA certificates (for OIDC issuers), a passwd entry for
 # the non-root user 65532 the hosted pods run as. One image per Kubernetes version; a ProviderConfig
 # names it in spec.hosted.images.
 #
@@ -25,6 +25,8 @@ done
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/usr/local/bin/etcd-snapshot" ./cmd/etcd-snapshot
 # The hosted API server's audit sidecar (cmd/audit-log): streams its audit log file to the container's stdout.
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/usr/local/bin/audit-log" ./cmd/audit-log
+# The hosted front door (cmd/front-door): the endpoint of a control plane that hibernates.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/usr/local/bin/front-door" ./cmd/front-door
 cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"

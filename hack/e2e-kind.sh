@@ -43,7 +43,10 @@
 #      and TestHostedBackupOnKind (snapshots by Jobs onto a claim of namespace
 #      cluster-provider-backups, scheduled and on demand, kept beyond the Cluster) and
 #      TestHostedRestoreDrill (etcd's claim and pod deleted, the snapshot restored in place, a watch
-#      from before it ending in 410 Gone, and a new Cluster made from it); then, LAST on the
+#      from before it ending in 410 Gone, and a new Cluster made from it) and
+#      TestHostedHibernationOnKind (a control plane behind its front door hibernated when idle and
+#      on demand, etcd and the API server at zero, woken by the first request of a kubeconfig
+#      from before, the wake figures); then, LAST on the
 #      platform because a worker stays lost, TestHostedNodeLossOnKind (snapshots in an object store,
 #      SeaweedFS's weed of $S3_SERVER_BINARY on kind's Docker network gateway; the worker holding
 #      etcd and the snapshots' claim removed with docker rm -f and deleted, the steps of
@@ -238,7 +241,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill)$' -count=1 -v -timeout 75m
+  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill|TestHostedHibernationOnKind)$' -count=1 -v -timeout 75m
 # Last on the platform: the drill loses a worker for good.
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" S3_SERVER_BINARY="$S3_SERVER_BINARY" \

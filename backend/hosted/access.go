@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
+	"net/url"
 
 	corev1 "k8s.io/api/core/v1"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
@@ -44,10 +46,13 @@ func (b *Backend) AdminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster)
 // without writing anything. A control plane that is not made yet is an error the caller retries.
 func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.ProviderConfig) (*rest.Config, error) {
 	b.mu.Lock()
-	cfg := b.admin[cl.UID]
+	cfg, door := b.admin[cl.UID], b.doors[cl.UID]
+	if !b.asleep[cl.UID] {
+		door = "" // awake: straight to the API servers, not counted as a client's use
+	}
 	b.mu.Unlock()
 	if cfg != nil {
-		return rest.CopyConfig(cfg), nil
+		return throughDoor(rest.CopyConfig(cfg), door), nil
 	}
 	h, ps, found, err := b.locate(ctx, cl, seedOf(pc))
 	switch {
@@ -75,6 +80,48 @@ func (b *Backend) adminConfig(ctx context.Context, cl *clustersv1alpha1.Cluster,
 	return adminConfig(h, ns, external, admin.Data["ca.crt"], admin.Data["tls.crt"], admin.Data["tls.key"]), nil
 }
 
+// throughDoor makes cfg, the operator's config for the API server's internal Service, reach it
+// through the front door's address in the host while the control plane is hibernated (door; "":
+// it is awake, has no door, or the operator is outside the host and goes through the door anyway,
+// on the endpoint): the requests of AccessRequests then wake it, and wait for it; awake, they do
+// not count as a client's use. The serving certificate names the internal Service, which the TLS
+// handshake asks for.
+func throughDoor(cfg *rest.Config, door string) *rest.Config {
+	if door == "" {
+		return cfg
+	}
+	if u, err := url.Parse(cfg.Host); err == nil && cfg.TLSClientConfig.ServerName == "" {
+		cfg.TLSClientConfig.ServerName = u.Hostname()
+	}
+	cfg.Host = door
+	return cfg
+}
+
+// wakeFor asks the hibernation component to wake cl's control plane, hibernated, for the
+// operator's own need (an OIDC configuration, a snapshot), and reports whether it was hibernated.
+func (b *Backend) wakeFor(cl *clustersv1alpha1.Cluster) bool {
+	b.mu.Lock()
+	asleep := b.asleep[cl.UID]
+	if asleep {
+		b.wanted[cl.UID] = true
+	}
+	b.mu.Unlock()
+	if asleep && b.opts.Notify != nil {
+		b.opts.Notify(backend.RefOf(cl))
+	}
+	return asleep
+}
+
+// wantedAwake reports whether the operator asked to wake the control plane of uid (wakeFor), and
+// forgets it.
+func (b *Backend) wantedAwake(uid types.UID) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w := b.wanted[uid]
+	delete(b.wanted, uid)
+	return w
+}
+
 // SetJWTAuthenticators writes jwt into the control plane's authentication ConfigMap, makes the
 // kubelet refresh the API server pods' copy at once, and reports whether the API server runs with it.
 func (b *Backend) SetJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1.Cluster, jwt []apiserverv1.JWTAuthenticator) (bool, error) {
@@ -99,6 +146,7 @@ func (b *Backend) setJWTAuthenticators(ctx context.Context, cl *clustersv1alpha1
 		return false, fmt.Errorf("the hosted control plane of %s does not exist yet", backend.RefOf(cl))
 	}
 	ns := NamespaceFor(cl.UID)
+	b.wakeFor(cl) // its API servers start with the configuration
 	cm := &corev1.ConfigMap{}
 	if err := h.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: NameAuthn}, cm); err != nil {
 		return false, fmt.Errorf("reading ConfigMap %s/%s: %w", ns, NameAuthn, err)

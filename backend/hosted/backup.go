@@ -96,6 +96,12 @@ func (b *Backend) snapshot(ctx context.Context, cl *clustersv1alpha1.Cluster, re
 	if err != nil {
 		return backend.Snapshot{}, err
 	}
+	if woke, err := b.wakeForSnapshot(ctx, h, s, cl); err != nil || woke {
+		if err == nil {
+			err = backend.Errorf(ReasonSnapshotInProgress, "the control plane is hibernated: it wakes for this snapshot")
+		}
+		return backend.Snapshot{}, err
+	}
 	t := b.task(snapshotJobs, h, s)
 	run, err := t.observe(ctx)
 	switch {

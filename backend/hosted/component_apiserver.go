@@ -14,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	"maps"
 	"net/netip"
 	"net/url"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -232,18 +231,10 @@ func (s *Spec) APIServerNetworkPolicy() *networkingv1.NetworkPolicy {
 	block := &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: issuerExcept(s.PrivateIssuers, s.HostAPIEndpoints)}
 	issuers.To = []networkingv1.NetworkPolicyPeer{{IPBlock: block}}
 	dns := dnsEgress()
-	clients := networkingv1.NetworkPolicyIngressRule{Ports: []networkingv1.NetworkPolicyPort{tcpPort(PortAPIServer)}}
-	if len(s.AllowedSourceRanges) > 0 {
-		for _, r := range s.AllowedSourceRanges {
-			clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r}})
-		}
-		// The operator's pods reach the internal Service; no other pod of the host does.
-		if op := s.OperatorPods; op != nil {
-			clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: op.Namespace}},
-				PodSelector:       &metav1.LabelSelector{MatchLabels: maps.Clone(op.Labels)},
-			})
-		}
+	clients := s.clientIngress()
+	if s.FrontDoor && len(clients.From) > 0 {
+		// The clients come through the front door.
+		clients.From = append(clients.From, networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: s.selector(ComponentFrontDoor)}})
 	}
 	return &networkingv1.NetworkPolicy{
 		TypeMeta:   typeMeta("networking.k8s.io/v1", "NetworkPolicy"),
@@ -348,7 +339,7 @@ func (s *Spec) APIServerDeployment() *appsv1.Deployment {
 		podMeta.Annotations[AnnotationEncryption] = s.Encryption
 	}
 	replicas := s.replicas(ComponentAPIServer)
-	if s.APIServersStopped {
+	if s.APIServersStopped || s.Hibernated {
 		replicas = 0
 	}
 	return stamp(&appsv1.Deployment{

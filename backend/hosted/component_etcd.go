@@ -42,6 +42,14 @@ func (sc *scope) turn() bool {
 	return sc.ps.Restore != nil || sc.b.takeTurn(sc.cl.UID)
 }
 
+// etcdReplicas is etcd's replicas: none while hibernated.
+func (s *Spec) etcdReplicas() int32 {
+	if s.Hibernated {
+		return 0
+	}
+	return s.replicas(ComponentEtcd)
+}
+
 // etcdReady reports whether etcd's StatefulSet has a ready replica.
 func etcdReady(ctx context.Context, h *host, s *Spec) bool {
 	sts := &appsv1.StatefulSet{}
@@ -260,7 +268,7 @@ func (s *Spec) EtcdStatefulSet() *appsv1.StatefulSet {
 		TypeMeta:   typeMeta("apps/v1", "StatefulSet"),
 		ObjectMeta: m,
 		Spec: appsv1.StatefulSetSpec{
-			Replicas:    ptr.To(s.replicas(ComponentEtcd)),
+			Replicas:    ptr.To(s.etcdReplicas()),
 			ServiceName: NameEtcd,
 			Selector:    &metav1.LabelSelector{MatchLabels: s.selector(ComponentEtcd)},
 			Template:    corev1.PodTemplateSpec{ObjectMeta: s.podMeta(ComponentEtcd), Spec: pod},

@@ -124,7 +124,7 @@ func (s *Spec) ExternalService() *corev1.Service {
 		ObjectMeta: s.meta(NameExternal, ComponentAPIServer),
 		Spec: corev1.ServiceSpec{
 			Type:     s.exposure(),
-			Selector: s.selector(ComponentAPIServer),
+			Selector: s.selector(s.endpointComponent()),
 			Ports:    []corev1.ServicePort{{Name: "https", Port: PortService, TargetPort: intstr.FromInt32(PortAPIServer), Protocol: corev1.ProtocolTCP}},
 		},
 	}
@@ -137,6 +137,15 @@ func (s *Spec) ExternalService() *corev1.Service {
 		}
 	}
 	return svc
+}
+
+// endpointComponent is what the external Service selects: the front door when the control plane
+// has one that serves (Spec.DoorServes), else the API servers.
+func (s *Spec) endpointComponent() string {
+	if s.FrontDoor && s.DoorServes {
+		return ComponentFrontDoor
+	}
+	return ComponentAPIServer
 }
 
 func (s *Spec) exposure() corev1.ServiceType {

@@ -30,9 +30,9 @@ func (servingComponent) step(ctx context.Context, sc *scope) (result, error) {
 	return result{waiting: st.Message}, nil
 }
 
-// observe reports the state of the workloads and probes the API server.
-func (b *Backend) observe(ctx context.Context, sc *scope) (backend.State, error) {
-	h, s, ps, cfg := sc.h, sc.s, sc.ps, sc.admin
+// baseState is the State of a control plane that does not serve yet: its endpoints, CA and info.
+func (sc *scope) baseState() backend.State {
+	s := sc.s
 	st := backend.State{
 		Endpoint: sc.external, Endpoints: map[string]string{clustersv1alpha1.APIServerEndpointInternal: internalURL(s.Namespace)},
 		Info: fmt.Sprintf("hosted in namespace %s", s.Namespace), Reason: backend.ReasonStarting, RetryAfter: 10 * time.Second,
@@ -40,12 +40,19 @@ func (b *Backend) observe(ctx context.Context, sc *scope) (backend.State, error)
 	if sc.external != "" {
 		st.Endpoints[backend.EndpointAPIServerExternal] = sc.external
 	}
-	if ps.Seed != "" {
-		st.Info += " of seed " + ps.Seed
+	if sc.ps.Seed != "" {
+		st.Info += " of seed " + sc.ps.Seed
 	}
-	if cfg != nil {
-		st.CABundle = cfg.CAData
+	if sc.admin != nil {
+		st.CABundle = sc.admin.CAData
 	}
+	return st
+}
+
+// observe reports the state of the workloads and probes the API server.
+func (b *Backend) observe(ctx context.Context, sc *scope) (backend.State, error) {
+	h, s, cfg := sc.h, sc.s, sc.admin
+	st := sc.baseState()
 	sts := &appsv1.StatefulSet{}
 	if err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameEtcd}, sts); err != nil {
 		st.Message = fmt.Sprintf("etcd (StatefulSet %s/%s) is being made", s.Namespace, NameEtcd)

@@ -94,6 +94,10 @@ func (b *Backend) gone(ctx context.Context, h *host, cl *clustersv1alpha1.Cluste
 func (b *Backend) forget(cl *clustersv1alpha1.Cluster) {
 	b.mu.Lock()
 	delete(b.admin, cl.UID)
+	delete(b.asleep, cl.UID)
+	delete(b.wanted, cl.UID)
+	delete(b.doors, cl.UID)
+	backend.SetHibernated(Name, len(b.asleep))
 	delete(b.where, cl.UID)
 	delete(b.rolling, cl.UID)
 	delete(b.waiting, cl.UID)

@@ -38,6 +38,11 @@
 //     a restore under way;
 //   - Secret encryption (encryption.go): the keys the API servers encrypt Secrets with at rest,
 //     staged before they write; those the snapshots need are kept beside them, wrapped;
+//   - with spec.hibernation on the ProviderConfig, the front door (component_frontdoor.go): a
+//     Deployment of cmd/front-door that Service apiserver-external selects, its ServiceAccount
+//     bound to ClusterRole cluster-provider-front-door (patch Lease front-door, nothing else) and
+//     that Lease, in which it reports its use; a hibernated control plane
+//     (component_hibernation.go) has etcd and the API servers at zero replicas behind it;
 //   - unless the ProviderConfig turns audit logs off, the ConfigMap audit-policy, the API server's
 //     audit log on a capped volume and the sidecar that streams it (cmd/audit-log).
 //
@@ -77,7 +82,8 @@
 // of pipeline.go in order, each in its own file (component_<name>.go) with its objects, its step
 // and its readiness: namespace (and its Services, NetworkPolicies, PodDisruptionBudgets, audit
 // policy), exposure (the external host, which the serving certificate names), pki, encryption,
-// restore, record, etcd, apiserver, serving, controller-manager, maintenance, rewrite, upgrade.
+// restore, record, front-door, hibernation, etcd, apiserver, serving, controller-manager,
+// maintenance, rewrite, upgrade.
 // Dependencies are explicit: the API server's Deployment is made once etcd serves, and an upgrade
 // (or an image refresh) rolls it only once every etcd member runs the new image, ready — etcd
 // first. A new component is one file and one line in the list. Each step is timed

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
@@ -57,7 +58,9 @@ type host struct {
 }
 
 // watched are the kinds whose changes notify the backend.
-var watched = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}, &batchv1.Job{}}
+// Lease: the front doors report their use there (component_frontdoor.go): a connection to a
+// hibernated control plane wakes it.
+var watched = []client.Object{&appsv1.Deployment{}, &appsv1.StatefulSet{}, &corev1.Service{}, &corev1.Pod{}, &batchv1.Job{}, &coordinationv1.Lease{}}
 
 // newHost makes the clients and watches of a host cluster; they stop with ctx.
 func (b *Backend) newHost(ctx context.Context, name string, cfg *rest.Config, internal bool) (*host, error) {

@@ -100,6 +100,12 @@ type Backend struct {
 	admin map[types.UID]*rest.Config
 	// where is the seed each control plane was found on (nil: the platform).
 	where map[types.UID]*providersv1alpha1.SeedRef
+	// asleep are the control planes hibernated now (the gauge of backend.SetHibernated).
+	asleep map[types.UID]bool
+	// wanted are the hibernated control planes the operator needs awake (wakeFor); doors the
+	// in-host address of each control plane's front door (AdminConfig goes through it).
+	wanted map[types.UID]bool
+	doors  map[types.UID]string
 	// storeRecords caches the snapshot records read from object stores (a record never
 	// changes): Snapshots lists the store at every reconcile, and reads only the new ones.
 	storeRecords objectstore.Records
@@ -159,7 +165,7 @@ func New(opts Options) (*Backend, error) {
 		}
 		opts.Clusters = c
 	}
-	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{},
+	return &Backend{opts: opts, hosts: map[string]*host{}, admin: map[types.UID]*rest.Config{}, where: map[types.UID]*providersv1alpha1.SeedRef{}, asleep: map[types.UID]bool{}, wanted: map[types.UID]bool{}, doors: map[types.UID]string{},
 		rolling: map[types.UID]bool{}, places: keymutex.NewHashed(0), waiting: map[types.UID]backend.Ref{}}, nil
 }
 

@@ -22,6 +22,8 @@ import (
 //     snapshot's keys before its serve reads the snapshot, and changes the data folder etcd's pods
 //     are made with;
 //   - record saves what the workloads are made of before they are (see recordComponent);
+//   - the front door and hibernation follow the record (a hibernation is saved with it) and precede
+//     the workloads: a hibernated control plane stops the pipeline there, its workloads at zero;
 //   - serving probes the API server; maintenance, rewrite and upgrade act on what it found.
 var components = []component{
 	namespaceComponent{},
@@ -30,6 +32,8 @@ var components = []component{
 	encryptionComponent{},
 	restoreComponent{},
 	recordComponent{},
+	frontDoorComponent{},
+	hibernationComponent{},
 	etcdComponent{},
 	apiServerComponent{},
 	servingComponent{},
@@ -100,6 +104,11 @@ type scope struct {
 	// checking is the version change whose target image is being checked (preflight.go): the
 	// control plane stays as it runs meanwhile.
 	checking *backend.VersionChange
+
+	// hibPart is the Hibernated part the hibernation component found, notices the Events of a
+	// hibernation or a wake (the serving component starts the State after it).
+	hibPart *backend.Part
+	notices []backend.Warning
 }
 
 // retryWithin makes the Ensure come back within d at the latest.

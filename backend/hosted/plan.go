@@ -80,6 +80,7 @@ const (
 	containerAPIServer = "kube-apiserver"
 	containerKCM       = "kube-controller-manager"
 	containerEtcd      = "etcd"
+	containerFrontDoor = "front-door"
 )
 
 // Ports.
@@ -179,6 +180,16 @@ type Spec struct {
 	// SecretEncryption (encryption.go): the API servers encrypt Secrets with it, and the pod
 	// template carries it (AnnotationEncryption), so a change of keys rolls them.
 	Encryption string
+	// FrontDoor: the ProviderConfig sets spec.hibernation, so the endpoint is a front door
+	// (component_frontdoor.go) that keeps answering while the control plane hibernates.
+	FrontDoor bool
+	// Hibernated scales etcd and the API servers to zero, their data, certificates and keys kept
+	// (component_hibernation.go).
+	Hibernated bool
+	// DoorServes: the front door has a ready pod (or the control plane is hibernated behind it),
+	// so the external Service selects it; until then the API servers, so that turning
+	// spec.hibernation on never leaves the endpoint without a backend.
+	DoorServes bool
 }
 
 // Pods selects pods of one namespace by their labels (none: every pod of the namespace).

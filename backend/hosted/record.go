@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,16 @@ type providerStatus struct {
 	// Encryption is the state of the encryption at rest, in the status only (encryption.go:
 	// Secret SecretEncryption is its record).
 	Encryption *encryption.Status `json:"encryption,omitempty"`
+	// Hibernated, when set, is the control plane's hibernation: etcd and the API servers scaled
+	// to zero (component_hibernation.go). Waking is a wake under way: when it began and why.
+	Hibernated *hibernation `json:"hibernated,omitempty"`
+	Waking     *waking      `json:"waking,omitempty"`
+	// Demanded is the value of annotation backend.AnnotationHibernate last acted on: a value
+	// hibernates the control plane once, when it appears (a request may wake it after).
+	Demanded string `json:"demanded,omitempty"`
+	// WokeAt is when the control plane last served after a wake: its idle clock starts there at
+	// the latest (a wake for the operator's need has no client).
+	WokeAt *time.Time `json:"wokeAt,omitempty"`
 }
 
 // statusOf is cl's status.providerStatus, if this backend wrote it: only a hint where to look

@@ -123,7 +123,8 @@ func (sc *scope) plan(ctx context.Context) error {
 		ServiceCIDR: s.ServiceCIDR, Exposure: string(s.exposure()), ExternalHost: ps.ExternalHost, UpgradeFrom: ps.UpgradeFrom,
 		Seed: ps.Seed, SeedKey: ps.SeedKey, StorageClassName: s.StorageClassName, StorageSize: ps.StorageSize, ImageRefresh: ps.ImageRefresh,
 		HighAvailability: s.HighAvailability, EtcdDataDir: ps.EtcdDataDir, EtcdRestoredFrom: ps.EtcdRestoredFrom, RestoredMark: ps.RestoredMark,
-		Restore: ps.Restore, Restored: ps.Restored, Etcd: ps.Etcd, Preflight: ps.Preflight}
+		Restore: ps.Restore, Restored: ps.Restored, Etcd: ps.Etcd, Preflight: ps.Preflight,
+		Hibernated: ps.Hibernated, Waking: ps.Waking, Demanded: ps.Demanded, WokeAt: ps.WokeAt}
 	sc.s = s
 	return nil
 }
@@ -133,7 +134,7 @@ func (sc *scope) plan(ctx context.Context) error {
 func (sc *scope) state() backend.State {
 	st, ps := sc.st, sc.ps
 	st.ProviderStatus = ps
-	if etcd := etcdPart(sc.members, ps.Etcd); etcd != nil {
+	if etcd := etcdPart(sc.members, ps.Etcd); etcd != nil && ps.Hibernated == nil {
 		etcd.Type = backend.PartEtcd
 		st.SetPart(*etcd)
 	}
@@ -149,6 +150,12 @@ func (sc *scope) state() backend.State {
 	}
 	st.Runs = ps.Version
 	st.Restored = ps.Restored
+	if ps.Waking != nil && !st.Ready && sc.restoring == "" && time.Since(ps.Waking.Since) < wakeTimeout {
+		// Requests wait for it at the front door (up to its wake timeout): the cluster stays
+		// Ready for its consumers; past that, what keeps it from serving is said as for any.
+		st.Ready, st.Reason = true, backend.ReasonWaking
+		st.Message = "The control plane wakes from hibernation: etcd and the API servers start on their data; requests wait at the front door (" + backend.WakeWhy(ps.Waking.Trigger) + ")."
+	}
 	if sc.restoring != "" {
 		st.Ready, st.Reason, st.Message = false, backend.ReasonRestoring, sc.restoring
 		st.SetPart(backend.Part{Type: backend.PartControllerManager, Reason: backend.ReasonRestoring, Message: sc.restoring})
@@ -167,6 +174,10 @@ func (sc *scope) state() backend.State {
 				ps.UpgradeFrom, ps.Version, sc.b.opts.MaxRolling)
 		}
 	}
+	if sc.hibPart != nil {
+		st.SetPart(*sc.hibPart)
+	}
+	st.Notices = append(st.Notices, sc.notices...)
 	if sc.retry > 0 && (st.RetryAfter == 0 || sc.retry < st.RetryAfter) {
 		st.RetryAfter = sc.retry
 	}

@@ -93,6 +93,8 @@ func (b *Backend) spec(cl *clustersv1alpha1.Cluster, pc *providersv1alpha1.Provi
 		HighAvailability: ps.HighAvailability,
 		Exposure:         settings.Exposure,
 		ObjectStore:      objectStoreOf(pc),
+		FrontDoor:        pc.Spec.Hibernation != nil,
+		Hibernated:       ps.Hibernated != nil,
 		APIServer:        DefaultAPIServer, ControllerManager: DefaultControllerManager, Etcd: DefaultEtcd,
 	}
 	if s.HighAvailability {
@@ -157,6 +159,11 @@ func (b *Backend) hostSpec(ctx context.Context, h *host, s *Spec) error {
 		return err
 	}
 	s.HostAPIEndpoints = endpoints
+	if s.FrontDoor {
+		dep := &appsv1.Deployment{}
+		err := h.cache.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: NameFrontDoor}, dep)
+		s.DoorServes = s.Hibernated || err == nil && serves(dep)
+	}
 	if h.internal {
 		b.mu.Lock()
 		s.OperatorPods = b.operator

@@ -266,7 +266,7 @@ func (b *Backend) runLocked(dir string, m meta) (*instance, error) {
 	if err != nil {
 		b.ports.release(m.Ports) // the cluster does not run; its ports may go to another
 		if d := b.takeDoorLocked(m.UID); d != nil && !hadDoor {
-			go d.close()
+			go d.Close()
 		} else if d != nil {
 			b.doors[m.UID] = d // kept: connections wait for the next start
 		}

@@ -20,9 +20,9 @@ import (
 
 // What woke a cluster (the trigger label of cluster_provider_wakes_total).
 const (
-	triggerRequest    = "request"
-	triggerOperator   = "operator"
-	triggerAnnotation = "annotation"
+	triggerRequest    = backend.TriggerRequest
+	triggerOperator   = backend.TriggerOperator
+	triggerAnnotation = backend.TriggerAnnotation
 )
 
 // idleTick is how often the idle clusters are looked for.
@@ -165,7 +165,7 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 	backend.RecordWake(Name, trigger, took)
 	in.logger().Info("Woke the cluster", "trigger", trigger, "took", took.Round(time.Millisecond).String())
 	in.notice(backend.Warning{Reason: backend.ReasonWoken, Message: fmt.Sprintf(
-		"Woke from hibernation (%s): the API server served %.2f s after it was asked for; data, endpoint, CA and kubeconfigs are those from before.", wakeWhy(trigger), took.Seconds())})
+		"Woke from hibernation (%s): the API server served %.2f s after it was asked for; data, endpoint, CA and kubeconfigs are those from before.", backend.WakeWhy(trigger), took.Seconds())})
 	b.notify(in)
 }
 
@@ -201,19 +201,6 @@ func (b *Backend) startWoken(in *instance, h *hibernated) bool {
 	in.mu.Unlock()
 	in.start()
 	return true
-}
-
-func wakeWhy(trigger string) string {
-	switch trigger {
-	case triggerRequest:
-		return "a client connected to its endpoint"
-	case triggerAnnotation:
-		return "annotation " + backend.AnnotationHibernate + " removed"
-	case triggerClaim:
-		return "a new Cluster claimed it from its profile's pool of hibernated spares"
-	default:
-		return "the operator needed it: an AccessRequest, a snapshot, an upgrade or a restore"
-	}
 }
 
 // wakeFor wakes the hibernated cluster of in for the operator's own use and waits until it
@@ -263,7 +250,7 @@ func (b *Backend) hibernate(in *instance, reason string) {
 	b.mu.Unlock()
 
 	if reason == backend.ReasonOnDemand && d != nil {
-		d.closeAll()
+		d.CloseAll()
 	}
 	in.stop(false)
 	in.probe.CloseIdleConnections()
@@ -353,7 +340,7 @@ func (b *Backend) hibernateIdle(ctx context.Context) {
 			if d == nil || b.upgrades[uid] != nil || b.restores[uid] != nil {
 				continue
 			}
-			last, idle := d.idleSince()
+			last, idle := d.IdleSince()
 			in.mu.Lock()
 			if in.started.After(last) {
 				last = in.started
@@ -419,33 +406,15 @@ func (b *Backend) setHibernation(in *instance, idle time.Duration, demand string
 	}
 }
 
-// hibernationPartLocked is the Hibernated part of in's cluster, and whether it reports one: when
-// it is hibernated, or may be (an idle time, the annotation).
+// hibernationPartLocked is the Hibernated part of in's cluster, and whether it reports one
+// (backend.HibernationPart).
 func (in *instance) hibernationPartLocked() (backend.Part, bool) {
-	h := in.meta.Hibernated
-	if h == nil {
-		if in.idleAfter == 0 && in.meta.Demanded == "" {
-			return backend.Part{}, false
-		}
-		msg := "The cluster is awake."
-		if in.idleAfter > 0 {
-			msg += fmt.Sprintf(" It hibernates after %s without a client connection (spec.hibernation.idleAfter of its ProviderConfig).", in.idleAfter)
-		}
-		return backend.Part{Type: backend.PartHibernated, Reason: backend.ReasonAwake, Message: msg}, true
+	var since *time.Time
+	reason := ""
+	if h := in.meta.Hibernated; h != nil {
+		since, reason = &h.Since, h.Reason
 	}
-	msg := fmt.Sprintf("Hibernated since %s", h.Since.UTC().Format(time.RFC3339))
-	if h.Reason == backend.ReasonIdle {
-		msg += fmt.Sprintf(", after %s without a client", in.idleAfter)
-	} else {
-		msg += ", on demand (annotation " + backend.AnnotationHibernate + ")"
-	}
-	msg += ": no process runs; data, certificates and keys are kept. "
-	if in.meta.Demanded == backend.HibernatePinned {
-		msg += "Pinned: connections are refused until the annotation is removed or set to \"true\"."
-	} else {
-		msg += "The first connection to its endpoint wakes it; that request waits for the API server to start."
-	}
-	return backend.Part{Type: backend.PartHibernated, Ready: true, Reason: h.Reason, Message: msg}, true
+	return backend.HibernationPart(since, reason, in.idleAfter, in.meta.Demanded, "no process runs")
 }
 
 // persist writes in's record as it is now. Writes are serialized, each of the record of its

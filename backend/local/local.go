@@ -360,7 +360,7 @@ func (b *Backend) stopAll() {
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, d := range doors {
-		wg.Go(d.close)
+		wg.Go(d.Close)
 	}
 	for _, in := range all {
 		wg.Go(func() { in.stop(false) })
@@ -406,7 +406,7 @@ func (b *Backend) Delete(ctx context.Context, cl *clustersv1alpha1.Cluster) (boo
 	b.countHibernatedLocked()
 	b.mu.Unlock()
 	if door != nil {
-		door.close()
+		door.Close()
 	}
 	defer func() {
 		b.mu.Lock()

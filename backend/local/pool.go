@@ -37,7 +37,7 @@ const spareDirPrefix = "spare-"
 const reasonSpare = "Spare"
 
 // triggerClaim wakes a hibernated spare claimed by a Cluster.
-const triggerClaim = "claim"
+const triggerClaim = backend.TriggerClaim
 
 // pool is what a profile's spec.pool asks for, and the settings its spares are made with.
 type pool struct {
@@ -154,7 +154,7 @@ func (b *Backend) dropSpareLocked(uid types.UID, in *instance, why string) {
 	b.log.Info("Removing a spare cluster", "spare", uid, "why", why)
 	go func() {
 		if d != nil {
-			d.close()
+			d.Close()
 		}
 		in.stop(true)
 		// A hibernation under way writes the record last: the folder goes after it.

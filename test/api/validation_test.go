@@ -183,6 +183,27 @@ func TestCreateValidation(t *testing.T) {
 			message: "spec.hosted.highAvailability needs spec.hosted.storageClassName",
 		},
 		{
+			name: "hibernation of a kind provider config",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendKind, nil
+				pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+			},
+			message: "spec.hibernation is only supported with backends local and hosted",
+		},
+		{
+			name: "a pool of a hosted provider config",
+			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
+			mutate: func(o client.Object) {
+				pc := o.(*providersv1alpha1.ProviderConfig)
+				pc.Spec.Backend, pc.Spec.Local = providersv1alpha1.BackendHosted, nil
+				pc.Spec.Hosted = &providersv1alpha1.HostedBackendConfig{}
+				pc.Spec.Pool = &providersv1alpha1.PoolPolicy{Size: 2}
+			},
+			message: "spec.pool",
+		},
+		{
 			name: "hosted source ranges that are no CIDRs",
 			obj:  fromYAML(t, validProviderConfig, &providersv1alpha1.ProviderConfig{}),
 			mutate: func(o client.Object) {

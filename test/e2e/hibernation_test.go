@@ -150,9 +150,15 @@ func checkPool(t *testing.T, platform string, pc *providersv1alpha1.ProviderConf
 // waitHibernated waits until cl's condition Hibernated is True for reason and returns the Cluster.
 func waitHibernated(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) *clustersv1alpha1.Cluster {
 	t.Helper()
+	return waitHibernatedOn(t, env.Client, cl, reason)
+}
+
+// waitHibernatedOn is waitHibernated with the platform's client pc.
+func waitHibernatedOn(t *testing.T, pc client.Client, cl *clustersv1alpha1.Cluster, reason string) *clustersv1alpha1.Cluster {
+	t.Helper()
 	got := &clustersv1alpha1.Cluster{}
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		require.NoError(c, env.Client.Get(t.Context(), client.ObjectKeyFromObject(cl), got))
+		require.NoError(c, pc.Get(t.Context(), client.ObjectKeyFromObject(cl), got))
 		h := meta.FindStatusCondition(got.Status.Conditions, backend.PartHibernated)
 		require.NotNil(c, h, "conditions: %+v", got.Status.Conditions)
 		assert.Equal(c, metav1.ConditionTrue, h.Status, "%s: %s", h.Reason, h.Message)
@@ -164,9 +170,15 @@ func waitHibernated(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) *
 // waitEvent waits for an Event of reason about cl.
 func waitEvent(t *testing.T, cl *clustersv1alpha1.Cluster, reason string) {
 	t.Helper()
+	waitEventOn(t, env.Client, cl, reason)
+}
+
+// waitEventOn is waitEvent with the platform's client pc.
+func waitEventOn(t *testing.T, pc client.Client, cl *clustersv1alpha1.Cluster, reason string) {
+	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		evs := &corev1.EventList{}
-		require.NoError(c, env.Client.List(t.Context(), evs, client.InNamespace(cl.Namespace)))
+		require.NoError(c, pc.List(t.Context(), evs, client.InNamespace(cl.Namespace)))
 		found := false
 		for _, e := range evs.Items {
 			found = found || (e.InvolvedObject.Name == cl.Name && e.Reason == reason)

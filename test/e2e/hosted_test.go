@@ -300,17 +300,9 @@ func hostedProfile(t *testing.T, c client.Client, pc *providersv1alpha1.Provider
 func tokenClient(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
 	t.Helper()
 	ctx := context.Background()
-	ar := &clustersv1alpha1.AccessRequest{
-		ObjectMeta: metav1.ObjectMeta{Namespace: cl.Namespace, Name: cl.Name},
-		Spec: clustersv1alpha1.AccessRequestSpec{
-			ClusterRef: &common.ObjectReference{Name: cl.Name, Namespace: cl.Namespace},
-			Token: &clustersv1alpha1.TokenConfig{Permissions: []clustersv1alpha1.PermissionsRequest{{
-				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "list"}}},
-			}}},
-		},
-	}
-	require.NoError(t, c.Create(ctx, ar))
-	user := grantedClient(t, c, ar)
+	cfg := tokenConfig(t, c, cl, cl.Name)
+	cfg.Timeout = pollTimeout
+	user := kubernetes.NewForConfigOrDie(cfg)
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		_, err := user.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{})
 		assert.NoError(ct, err)
@@ -321,6 +313,14 @@ func tokenClient(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) ku
 // grantedClient waits until ar is Granted and returns a client of its kubeconfig.
 func grantedClient(t *testing.T, c client.Client, ar *clustersv1alpha1.AccessRequest) kubernetes.Interface {
 	t.Helper()
+	cfg := grantedConfig(t, c, ar)
+	cfg.Timeout = pollTimeout
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// grantedConfig waits until ar is Granted and returns the rest.Config of its kubeconfig.
+func grantedConfig(t *testing.T, c client.Client, ar *clustersv1alpha1.AccessRequest) *rest.Config {
+	t.Helper()
 	got := &clustersv1alpha1.AccessRequest{}
 	require.EventuallyWithT(t, func(ct *assert.CollectT) {
 		require.NoError(ct, c.Get(context.Background(), client.ObjectKeyFromObject(ar), got))
@@ -330,19 +330,24 @@ func grantedClient(t *testing.T, c client.Client, ar *clustersv1alpha1.AccessReq
 	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: ar.Namespace, Name: got.Status.SecretRef.Name}, s))
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(s.Data[clustersv1alpha1.SecretKeyKubeconfig])
 	require.NoError(t, err)
-	cfg.Timeout = pollTimeout
-	return kubernetes.NewForConfigOrDie(cfg)
+	return cfg
+}
+
+// hostedAdminConfig is the rest.Config of hostedAdmin.
+func hostedAdminConfig(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) *rest.Config {
+	t.Helper()
+	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(cl), cl))
+	s := &corev1.Secret{}
+	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: hosted.NamespaceFor(cl.UID), Name: hosted.SecretAdmin}, s))
+	return &rest.Config{Host: cl.Status.APIServer, Timeout: 5 * time.Second,
+		TLSClientConfig: rest.TLSClientConfig{CAData: s.Data["ca.crt"], CertData: s.Data["tls.crt"], KeyData: s.Data["tls.key"]}}
 }
 
 // hostedAdmin is an administrator's client of a hosted Cluster, from its admin Secret in the host
 // namespace (what a platform administrator can read), through the external endpoint.
 func hostedAdmin(t *testing.T, c client.Client, cl *clustersv1alpha1.Cluster) kubernetes.Interface {
 	t.Helper()
-	require.NoError(t, c.Get(context.Background(), client.ObjectKeyFromObject(cl), cl))
-	s := &corev1.Secret{}
-	require.NoError(t, c.Get(context.Background(), client.ObjectKey{Namespace: hosted.NamespaceFor(cl.UID), Name: hosted.SecretAdmin}, s))
-	cs := kubernetes.NewForConfigOrDie(&rest.Config{Host: cl.Status.APIServer, Timeout: 5 * time.Second,
-		TLSClientConfig: rest.TLSClientConfig{CAData: s.Data["ca.crt"], CertData: s.Data["tls.crt"], KeyData: s.Data["tls.key"]}})
+	cs := kubernetes.NewForConfigOrDie(hostedAdminConfig(t, c, cl))
 	// The Cluster is Ready once the operator's probe, through the in-cluster Service, answers; the
 	// node's kube-proxy programs the NodePort of the external endpoint from the same EndpointSlice,
 	// a moment later on a busy node (a refused connection until then, seen once in make e2e-kind).

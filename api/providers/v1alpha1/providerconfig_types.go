@@ -30,7 +30,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.local) || self.backend == 'local'",message="spec.local is only allowed with backend local"
 // +kubebuilder:validation:XValidation:rule="!has(self.kind) || self.backend == 'kind'",message="spec.kind is only allowed with backend kind"
 // +kubebuilder:validation:XValidation:rule="!has(self.hosted) || self.backend == 'hosted'",message="spec.hosted is only allowed with backend hosted"
-// +kubebuilder:validation:XValidation:rule="!has(self.hibernation) || self.backend == 'local'",message="spec.hibernation is only supported with backend local (hosted and kind do not hibernate yet)"
+// +kubebuilder:validation:XValidation:rule="!has(self.hibernation) || self.backend in ['local', 'hosted']",message="spec.hibernation is only supported with backends local and hosted (kind does not hibernate)"
 // +kubebuilder:validation:XValidation:rule="!has(self.pool) || self.pool.size == 0 || self.backend == 'local'",message="spec.pool is only supported with backend local (hosted and kind keep no spare clusters yet)"
 type ProviderConfigSpec struct {
 	// Backend runs the clusters: local, kind or hosted. It cannot be changed.
@@ -75,9 +75,13 @@ type ProviderConfigSpec struct {
 	Audit *AuditPolicy `json:"audit,omitempty"`
 
 	// Hibernation stops the control planes of the profile's Clusters while nobody uses them, for
-	// the backends that run them (local): their data, certificates and keys stay, their endpoint
-	// keeps answering, and the first connection wakes them (HibernationPolicy). Unset: never
-	// idle-hibernated; the annotation hibernation.clusters.openmcp.cloud/hibernate works either way.
+	// the backends that run them (local, hosted): their data, certificates and keys stay, their
+	// endpoint keeps answering, and the first connection wakes them (HibernationPolicy). Unset:
+	// never idle-hibernated; the annotation hibernation.clusters.openmcp.cloud/hibernate works
+	// either way on local. Hosted: set, the endpoint is a front door (a small Deployment in front
+	// of the API servers, which keeps answering while they are scaled to zero); without it the
+	// annotation is ignored, and control planes whose etcd has no claim (no
+	// spec.hosted.storageClassName) never hibernate.
 	// +optional
 	Hibernation *HibernationPolicy `json:"hibernation,omitempty"`
 
