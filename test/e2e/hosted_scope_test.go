@@ -95,6 +95,12 @@ func TestHostedScopeOnKind(t *testing.T) {
 		{"exec into a pod of kube-system", func() (string, error) {
 			return kubectl("", "-n", "kube-system", "exec", systemPod, "--", "true")
 		}},
+		{"a ServiceAccount in kube-system", func() (string, error) {
+			return kubectl("", "-n", "kube-system", "create", "serviceaccount", "takeover", "--dry-run=server")
+		}},
+		{"a RoleBinding of cluster-admin in its namespace", func() (string, error) {
+			return kubectl("", "-n", owned.Name, "create", "rolebinding", "takeover", "--clusterrole=cluster-admin", "--user=takeover", "--dry-run=server")
+		}},
 		{"a ClusterRoleBinding", func() (string, error) {
 			return kubectl("", "create", "clusterrolebinding", "takeover", "--clusterrole=cluster-admin", "--user=takeover", "--dry-run=server")
 		}},
@@ -114,7 +120,9 @@ func TestHostedScopeOnKind(t *testing.T) {
 		// RBAC grants deploy/hosted's ServiceAccount none of these.
 		for _, can := range [][]string{
 			{"create", "pods/exec", "-n", "kube-system"},
-			{"create", "serviceaccounts/token", "-n", "kube-system"},
+			// (a subresource is a flag of kubectl auth can-i: "serviceaccounts/token" would name a
+			// ServiceAccount "token", which deploy/hosted may create, the policy only in its namespaces)
+			{"create", "serviceaccounts", "--subresource=token", "-n", "kube-system"},
 			{"update", "pods/ephemeralcontainers", "-n", "kube-system"},
 			{"create", "daemonsets", "-A"},
 			{"create", "cronjobs", "-A"},
