@@ -299,3 +299,28 @@ func TestSnapshotWakes(t *testing.T) {
 	require.NotNil(t, ps.Waking)
 	assert.Equal(t, backend.TriggerOperator, ps.Waking.Trigger)
 }
+
+// TestHibernationTurnedOff: spec.hibernation removed from the ProviderConfig of a hibernated
+// control plane wakes it (no door would answer for it) and the endpoint goes back to the API
+// servers, the door at zero.
+func TestHibernationTurnedOff(t *testing.T) {
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+	cl := newCluster("turned-off")
+	cl.Annotations = map[string]string{backend.AnnotationHibernate: backend.HibernateNow}
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	h.ensure(t, cl)
+	awake(t, cl)
+	h.ensureUntil(t, cl, "hibernated", func(s backend.State) bool { return s.Reason == backend.ReasonHibernated })
+
+	h.pc.Spec.Hibernation = nil
+	s := h.ensure(t, cl)
+	assert.Equal(t, backend.ReasonWaking, s.Reason, "woken: no door answers for it any more")
+	e, a, d := replicas(t, cl)
+	assert.Equal(t, []int32{1, 1, 0}, []int32{e, a, d}, "etcd and the API server up, the door at zero")
+	ext := get(t, &corev1.Service{}, NamespaceFor(cl.UID), NameExternal)
+	assert.Equal(t, ComponentAPIServer, ext.Spec.Selector[LabelComponent], "the endpoint selects the API servers again")
+	assert.Nil(t, record(t, cl).Hibernated)
+}
