@@ -22,6 +22,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/openmcp-local/cluster-provider/backend/hosted"
+
 	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
@@ -338,6 +340,16 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 			return op.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "cluster-provider-front-door"},
 				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}}, dry)
 		}, false},
+		{"widen the front doors' ClusterRole by an update", func(op client.Client, _ kubernetes.Interface) error {
+			return updateFrontDoorRole(op, func(r *rbacv1.ClusterRole) {
+				r.Rules = append(r.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}})
+			})
+		}, false},
+		{"make the front doors' ClusterRole aggregate others", func(op client.Client, _ kubernetes.Interface) error {
+			return updateFrontDoorRole(op, func(r *rbacv1.ClusterRole) {
+				r.AggregationRule = &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}}}
+			})
+		}, false},
 		{"bind itself a ClusterRole", func(op client.Client, _ kubernetes.Interface) error {
 			return op.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "x"},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
@@ -355,6 +367,17 @@ func scopeCases(f *scopeFixture, own string) []scopeCase {
 	}
 }
 
+// updateFrontDoorRole updates (dry run) the front doors' ClusterRole as deploy/hosted made it,
+// changed by change.
+func updateFrontDoorRole(op client.Client, change func(*rbacv1.ClusterRole)) error {
+	r := &rbacv1.ClusterRole{}
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "cluster-provider-front-door"}, r); err != nil {
+		return err
+	}
+	change(r)
+	return op.Update(context.Background(), r, client.DryRunAll)
+}
+
 // TestOperatorScope runs every write of scopeCases as each identity of the operator, bound to what
 // its deployment binds it to (applied for real): deploy/hosted's ServiceAccount with its
 // ClusterRoles, and openMCP's cp-local with cluster-admin. What the operator does is allowed; every
@@ -368,6 +391,9 @@ func TestOperatorScope(t *testing.T) {
 	t.Cleanup(func() {
 		_ = env.Client.Delete(context.Background(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "cp-local-scope-test"}})
 	})
+	role := &rbacv1.ClusterRole{}
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Name: hosted.ClusterRoleFrontDoor}, role))
+	assert.Equal(t, hosted.FrontDoorClusterRole().Rules, role.Rules, "deploy/hosted holds the front doors' rules as the backend makes them (its operator may not update them)")
 	f := newScopeFixture(t)
 	for _, id := range []struct{ user, own string }{{operatorUser, "cluster-provider-system"}, {openMCPUser, "openmcp-system"}} {
 		t.Run(id.own, func(t *testing.T) {
@@ -394,6 +420,12 @@ func TestOperatorScope(t *testing.T) {
 				if id.user == openMCPUser {
 					assert.Contains(t, err.Error(), "cluster-provider operator", "%s: refused by the policy", c.what)
 				}
+			}
+			if id.user == openMCPUser {
+				// cp-local makes the front doors' ClusterRole, and brings an earlier version's up to
+				// date (deploy/hosted's operator may not: its file holds the role).
+				assert.NoError(t, updateFrontDoorRole(op, func(r *rbacv1.ClusterRole) {}), "update the front doors' ClusterRole to this version's rules")
+				assert.NoError(t, updateFrontDoorRole(op, func(r *rbacv1.ClusterRole) { r.Rules = r.Rules[:1] }), "update the front doors' ClusterRole to an earlier version's rules")
 			}
 		})
 	}

@@ -125,8 +125,10 @@ func (r *Reporter) Run(ctx context.Context) {
 }
 
 // DialRetry connects to the API server at addr, trying again every retry while it refuses or
-// cannot be reached (it is woken, restarted or rolled), until ctx ends.
-func DialRetry(ctx context.Context, addr string, retry time.Duration) (net.Conn, error) {
+// cannot be reached (it is woken, restarted or rolled), until ctx ends. After each refused
+// attempt, sooner, when not nil, may return a connection another way (an API server that
+// serves before addr reaches it); nil when it has none yet.
+func DialRetry(ctx context.Context, addr string, retry time.Duration, sooner func(context.Context) net.Conn) (net.Conn, error) {
 	var d net.Dialer
 	for {
 		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -137,6 +139,11 @@ func DialRetry(ctx context.Context, addr string, retry time.Duration) (net.Conn,
 		}
 		if !retryable(err) || ctx.Err() != nil {
 			return nil, err
+		}
+		if sooner != nil {
+			if c := sooner(ctx); c != nil {
+				return c, nil
+			}
 		}
 		select {
 		case <-ctx.Done():

@@ -73,7 +73,7 @@ func TestDialRetry(t *testing.T) {
 	require.NoError(t, l.Close())
 	dialed := make(chan error, 1)
 	go func() {
-		c, err := DialRetry(context.Background(), addr, 20*time.Millisecond)
+		c, err := DialRetry(context.Background(), addr, 20*time.Millisecond, nil)
 		if err == nil {
 			c.Close()
 		}
@@ -97,7 +97,7 @@ func TestDialRetry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	l.Close()
-	_, err = DialRetry(ctx, addr, 20*time.Millisecond)
+	_, err = DialRetry(ctx, addr, 20*time.Millisecond, nil)
 	assert.Error(t, err, "nothing listens and the context ended")
 }
 

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +55,7 @@ func (frontDoorComponent) step(ctx context.Context, sc *scope) (result, error) {
 		return result{}, err
 	}
 	if _, made := h.owned.Load("front-door/" + s.Namespace); !made {
-		if err := h.ensureFrontDoorRole(ctx); err != nil {
+		if err := h.ensureFrontDoorRole(ctx, sc.b.opts.Logger); err != nil {
 			return result{}, err
 		}
 		for _, obj := range []client.Object{s.FrontDoorServiceAccount(), s.FrontDoorRoleBinding(), s.FrontDoorLease()} {
@@ -81,10 +84,12 @@ const ComponentFrontDoor = "front-door"
 // and Lease.
 const NameFrontDoor = "front-door"
 
-// ClusterRoleFrontDoor may get and patch the Lease front-door: bound in a control plane's
-// namespace to its door's ServiceAccount, it lets the door report its use there and nothing else.
-// deploy/hosted holds it; the backend makes it where it is missing (a platform whose operator is
-// bound to cluster-admin, as openMCP's deployment does).
+// ClusterRoleFrontDoor may get and patch the Lease front-door and list EndpointSlices: bound in a
+// control plane's namespace to its door's ServiceAccount, it lets the door report its use there
+// and find the API server pods of a waking control plane (it dials one as soon as it is ready,
+// before its Service reaches it), nothing else. deploy/hosted holds it; the backend makes it where
+// it is missing, and brings an earlier version's rules up to date, where its operator may (a
+// platform whose operator is bound to cluster-admin, as openMCP's deployment does).
 const ClusterRoleFrontDoor = "cluster-provider-front-door"
 
 // FrontDoorClusterRole is ClusterRoleFrontDoor.
@@ -92,19 +97,33 @@ func FrontDoorClusterRole() *rbacv1.ClusterRole {
 	return &rbacv1.ClusterRole{
 		TypeMeta:   typeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"),
 		ObjectMeta: metav1.ObjectMeta{Name: ClusterRoleFrontDoor, Labels: map[string]string{LabelManagedBy: ManagedBy}},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"},
-			ResourceNames: []string{NameFrontDoor}, Verbs: []string{"get", "patch"}}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, ResourceNames: []string{NameFrontDoor}, Verbs: []string{"get", "patch"}},
+			{APIGroups: []string{discoveryv1.GroupName}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
+		},
 	}
 }
 
-// ensureFrontDoorRole makes ClusterRoleFrontDoor unless it exists (read once per host).
-func (h *host) ensureFrontDoorRole(ctx context.Context) error {
+// ensureFrontDoorRole makes ClusterRoleFrontDoor unless it exists, and updates an earlier
+// version's rules (read once per host). An operator that may not update it (deploy/hosted, whose
+// file holds the role) says so and goes on: its doors then reach woken API servers through their
+// Service only, seconds later.
+func (h *host) ensureFrontDoorRole(ctx context.Context, log logr.Logger) error {
 	if _, ok := h.owned.Load("clusterrole/" + ClusterRoleFrontDoor); ok {
 		return nil
 	}
-	err := h.client.Get(ctx, client.ObjectKey{Name: ClusterRoleFrontDoor}, &rbacv1.ClusterRole{})
-	if apierrors.IsNotFound(err) {
-		err = h.createIfMissing(ctx, FrontDoorClusterRole())
+	want, have := FrontDoorClusterRole(), &rbacv1.ClusterRole{}
+	err := h.client.Get(ctx, client.ObjectKey{Name: ClusterRoleFrontDoor}, have)
+	switch {
+	case apierrors.IsNotFound(err):
+		err = h.createIfMissing(ctx, want)
+	case err == nil && !equality.Semantic.DeepEqual(have.Rules, want.Rules):
+		have.Rules = want.Rules
+		if err = h.client.Update(ctx, have); apierrors.IsForbidden(err) {
+			log.Info("The front doors' ClusterRole is an earlier version's and this operator may not update it: apply deploy/hosted/hosted_role.yaml; until then a front door reaches a woken API server through its Service only, seconds later",
+				"clusterRole", ClusterRoleFrontDoor, "host", h.name)
+			err = nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("the front doors' ClusterRole %s (deploy/hosted/hosted_role.yaml): %w", ClusterRoleFrontDoor, err)
@@ -153,7 +172,7 @@ func (s *Spec) FrontDoorDeployment() *appsv1.Deployment {
 		Command: []string{binDir + "front-door",
 			fmt.Sprintf("--listen=:%d", PortAPIServer), fmt.Sprintf("--health=:%d", portFrontDoorHealth),
 			fmt.Sprintf("--upstream=%s.%s.svc:%d", NameAPIServer, s.Namespace, PortService),
-			"--lease=" + NameFrontDoor, "--wake-timeout=" + wakeTimeout.String()},
+			"--lease=" + NameFrontDoor, "--endpoints=" + NameAPIServer, "--wake-timeout=" + wakeTimeout.String()},
 		Env: append([]corev1.EnvVar{
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},

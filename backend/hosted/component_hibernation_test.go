@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	apiserverv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
@@ -78,6 +79,17 @@ func TestHibernation(t *testing.T) {
 	h := startBackend(t)
 	h.pc.Spec.Hosted.StorageClassName = "standard"
 	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+	// An earlier version's role (the Lease only), made by the operator of another test or by hand:
+	// brought up to date.
+	earlier := FrontDoorClusterRole()
+	earlier.Rules = earlier.Rules[:1]
+	if err := env.Client.Create(t.Context(), earlier); apierrors.IsAlreadyExists(err) {
+		cur := get(t, &rbacv1.ClusterRole{}, "", ClusterRoleFrontDoor)
+		cur.Rules = earlier.Rules
+		require.NoError(t, env.Client.Update(t.Context(), cur))
+	} else {
+		require.NoError(t, err)
+	}
 	cl := newCluster("sleepy")
 	ns := NamespaceFor(cl.UID)
 	h.ensure(t, cl)
@@ -95,14 +107,14 @@ func TestHibernation(t *testing.T) {
 	dep := get(t, &appsv1.Deployment{}, ns, NameFrontDoor)
 	pod := dep.Spec.Template.Spec
 	assert.Equal(t, image1, pod.Containers[0].Image)
-	assert.Equal(t, []string{binDir + "front-door", "--listen=:6443", "--health=:8081", "--upstream=apiserver." + ns + ".svc:443", "--lease=front-door", "--wake-timeout=1m30s"}, pod.Containers[0].Command)
+	assert.Equal(t, []string{binDir + "front-door", "--listen=:6443", "--health=:8081", "--upstream=apiserver." + ns + ".svc:443", "--lease=front-door", "--endpoints=apiserver", "--wake-timeout=1m30s"}, pod.Containers[0].Command)
 	assert.Equal(t, NameFrontDoor, pod.ServiceAccountName)
 	assert.True(t, *pod.AutomountServiceAccountToken, "the door reports to its Lease")
 	rb := get(t, &rbacv1.RoleBinding{}, ns, NameFrontDoor)
 	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: ClusterRoleFrontDoor}, rb.RoleRef)
 	assert.Equal(t, []rbacv1.Subject{{Kind: "ServiceAccount", Name: NameFrontDoor, Namespace: ns}}, rb.Subjects)
 	role := get(t, &rbacv1.ClusterRole{}, "", ClusterRoleFrontDoor)
-	assert.Equal(t, FrontDoorClusterRole().Rules, role.Rules, "made where missing")
+	assert.Equal(t, FrontDoorClusterRole().Rules, role.Rules, "an earlier version's brought up to date")
 	get(t, &corev1.ServiceAccount{}, ns, NameFrontDoor)
 	get(t, &coordinationv1.Lease{}, ns, NameFrontDoor)
 	np := get(t, &networkingv1.NetworkPolicy{}, ns, NameFrontDoor)

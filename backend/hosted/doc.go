@@ -40,8 +40,9 @@
 //     staged before they write; those the snapshots need are kept beside them, wrapped;
 //   - with spec.hibernation on the ProviderConfig, the front door (component_frontdoor.go): a
 //     Deployment of cmd/front-door that Service apiserver-external selects, its ServiceAccount
-//     bound to ClusterRole cluster-provider-front-door (patch Lease front-door, nothing else) and
-//     that Lease, in which it reports its use; a hibernated control plane
+//     bound to ClusterRole cluster-provider-front-door (patch Lease front-door, list the
+//     EndpointSlices that find a waking API server's pod, nothing else) and that Lease, in which
+//     it reports its use; a hibernated control plane
 //     (component_hibernation.go) has etcd and the API servers at zero replicas behind it;
 //   - unless the ProviderConfig turns audit logs off, the ConfigMap audit-policy, the API server's
 //     audit log on a capped volume and the sidecar that streams it (cmd/audit-log).

@@ -2,11 +2,12 @@
 // control plane's namespace whose Service is the cluster's endpoint (apiserver-external) when its
 // ProviderConfig sets spec.hibernation. It passes every connection, TLS untouched, to the API
 // server's Service, holding it while the API server does not answer (hibernated and woken, or
-// restarting) for up to --wake-timeout, and reports its use in an annotation of the Lease
+// restarting) for up to --wake-timeout (meanwhile, with --endpoints, it dials a woken API server
+// pod directly as soon as its /readyz answers, seconds before the Service reaches it), and reports its use in an annotation of the Lease
 // --lease (backend/frontdoor.Usage): the operator hibernates the control plane once no client
 // used it for spec.hibernation.idleAfter, and wakes it when a connection opens.
 //
-//	front-door --upstream HOST:PORT --lease NAME [--listen :6443] [--health :8081] [--report-every 5s] [--wake-timeout 90s]
+//	front-door --upstream HOST:PORT --lease NAME [--endpoints SERVICE] [--listen :6443] [--health :8081] [--report-every 5s] [--wake-timeout 90s]
 //	    POD_NAMESPACE and POD_NAME from the environment (the downward API); the pod's service
 //	    account may patch that Lease only. Runs until SIGTERM or SIGINT (exit 0).
 package main
@@ -38,17 +39,18 @@ func main() {
 	lease := flag.String("lease", "", "the Lease of the pod's namespace in which the door reports its use")
 	every := flag.Duration("report-every", 5*time.Second, "at most one report per this long (the first after a quiet one at once)")
 	wake := flag.Duration("wake-timeout", 90*time.Second, "how long a connection waits for the API server to answer")
+	endpoints := flag.String("endpoints", "", "the Service whose EndpointSlices list the API server pods: a pod is dialled directly once its /readyz answers, before the Service reaches it (empty: the upstream only)")
 	flag.Parse()
 	ns, pod := os.Getenv("POD_NAMESPACE"), os.Getenv("POD_NAME")
 	if *upstream == "" || *lease == "" || ns == "" || pod == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: front-door --upstream HOST:PORT --lease NAME [--listen :6443] [--health :8081] [--report-every 5s] [--wake-timeout 90s], with POD_NAMESPACE and POD_NAME set")
+		fmt.Fprintln(os.Stderr, "usage: front-door --upstream HOST:PORT --lease NAME [--endpoints SERVICE] [--listen :6443] [--health :8081] [--report-every 5s] [--wake-timeout 90s], with POD_NAMESPACE and POD_NAME set")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	cfg, err := rest.InClusterConfig()
 	if err == nil {
-		err = run(ctx, cfg, door{listen: *listen, health: *health, upstream: *upstream, namespace: ns, pod: pod, lease: *lease, every: *every, wake: *wake}, nil)
+		err = run(ctx, cfg, door{listen: *listen, health: *health, upstream: *upstream, endpoints: *endpoints, namespace: ns, pod: pod, lease: *lease, every: *every, wake: *wake}, nil)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "front-door:", err)
@@ -58,8 +60,8 @@ func main() {
 
 // door is what a front door is told.
 type door struct {
-	listen, health, upstream, namespace, pod, lease string
-	every, wake                                     time.Duration
+	listen, health, upstream, endpoints, namespace, pod, lease string
+	every, wake                                                time.Duration
 }
 
 // run runs the door o until ctx ends, reporting with cfg; listening, when not nil, gets the port
@@ -111,12 +113,16 @@ func run(ctx context.Context, cfg *rest.Config, o door, listening chan<- int) er
 		listening <- d.Port()
 		listening <- hl.Addr().(*net.TCPAddr).Port
 	}
+	var sooner func(context.Context) net.Conn
+	if o.endpoints != "" {
+		sooner = newAPIServers(cs, ns, o.endpoints).dial
+	}
 	reported := make(chan struct{})
 	go func() { r.Run(ctx); close(reported) }()
 	go d.Serve(func(c net.Conn) {
 		dctx, cancel := context.WithTimeout(ctx, wake)
 		defer cancel()
-		up, err := frontdoor.DialRetry(dctx, upstream, 200*time.Millisecond)
+		up, err := frontdoor.DialRetry(dctx, upstream, 200*time.Millisecond, sooner)
 		if err != nil {
 			c.Close()
 			return

@@ -5,8 +5,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/openmcp-local/cluster-provider/backend/frontdoor"
@@ -85,4 +89,94 @@ func TestFrontDoorReports(t *testing.T) {
 	require.NoError(t, <-done)
 	_, ok := usage()
 	assert.False(t, ok, "a door that stops takes its annotation away")
+}
+
+// TestFrontDoorDialsAReadyPod: while the API server's Service does not reach it yet (its pod is
+// not ready for the kubelet), the door finds the pod in the Service's EndpointSlices, asks its
+// /readyz itself and passes the held connection to it once it answers 200, not before.
+func TestFrontDoorDialsAReadyPod(t *testing.T) {
+	ctx := t.Context()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "door-"}}
+	require.NoError(t, env.Client.Create(ctx, ns))
+	require.NoError(t, env.Client.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "front-door"}}))
+
+	var ready atomic.Bool
+	var asked atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			asked.Add(1)
+			if !ready.Load() {
+				http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed", http.StatusInternalServerError)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("served " + r.URL.Path))
+	}))
+	defer srv.Close()
+	podPort := int32(srv.Listener.Addr().(*net.TCPAddr).Port)
+	require.NoError(t, env.Client.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns.Name, Name: "apiserver-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: "apiserver"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: &podPort}},
+	}))
+
+	listening, done := make(chan int, 2), make(chan error, 1)
+	t.Cleanup(func() { <-done }) // after t.Context ends: the door stops
+	go func() {
+		done <- run(ctx, env.Config, door{listen: "127.0.0.1:0", health: "127.0.0.1:0", upstream: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))),
+			endpoints: "apiserver", namespace: ns.Name, pod: "door-1", lease: "front-door", every: time.Second, wake: time.Minute}, listening)
+	}()
+	port := <-listening
+	<-listening
+
+	// The client's TLS goes through untouched: it verifies the pod's own certificate.
+	got := make(chan string, 1)
+	go func() {
+		resp, err := srv.Client().Get("https://127.0.0.1:" + strconv.Itoa(port) + "/hello")
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		got <- string(b)
+	}()
+	require.Eventually(t, func() bool { return asked.Load() >= 3 }, 30*time.Second, 10*time.Millisecond, "the door asks the pod's /readyz")
+	select {
+	case g := <-got:
+		t.Fatalf("the connection was passed on before the pod was ready: %s", g)
+	default:
+	}
+	ready.Store(true)
+	select {
+	case g := <-got:
+		assert.Equal(t, "served /hello", g)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the connection was not passed on to the ready pod")
+	}
+}
+
+func TestSlicesAddresses(t *testing.T) {
+	port := func(p int32) []discoveryv1.EndpointPort { return []discoveryv1.EndpointPort{{Port: &p}} }
+	ep := func(ip string, ready, terminating bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Terminating: &terminating}}
+	}
+	for _, tc := range []struct {
+		name   string
+		slices []discoveryv1.EndpointSlice
+		want   []string
+	}{
+		{"none", nil, nil},
+		{"no port yet", []discoveryv1.EndpointSlice{{Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", true, false)}}}, nil},
+		{"ready first", []discoveryv1.EndpointSlice{{Ports: port(6443), Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", false, false), ep("10.0.0.2", true, false)}}},
+			[]string{"10.0.0.2:6443", "10.0.0.1:6443"}},
+		{"terminating left out", []discoveryv1.EndpointSlice{{Ports: port(6443), Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", false, true), ep("10.0.0.3", false, false)}}},
+			[]string{"10.0.0.3:6443"}},
+		{"IPv6", []discoveryv1.EndpointSlice{{Ports: port(6443), Endpoints: []discoveryv1.Endpoint{ep("fd00::1", true, false)}}}, []string{"[fd00::1]:6443"}},
+		{"two slices", []discoveryv1.EndpointSlice{{Ports: port(6443), Endpoints: []discoveryv1.Endpoint{ep("10.0.0.1", false, false)}}, {Ports: port(6443), Endpoints: []discoveryv1.Endpoint{ep("10.0.0.2", true, false)}}},
+			[]string{"10.0.0.2:6443", "10.0.0.1:6443"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, slicesAddresses(tc.slices)) })
+	}
 }
