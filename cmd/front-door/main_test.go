@@ -102,7 +102,11 @@ func TestFrontDoorDialsAReadyPod(t *testing.T) {
 
 	var ready atomic.Bool
 	var asked atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// The pod: on an address of this machine that an EndpointSlice may name (not loopback).
+	podIP := hostIP(t)
+	ln, err := net.Listen("tcp", net.JoinHostPort(podIP, "0"))
+	require.NoError(t, err)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/readyz" {
 			asked.Add(1)
 			if !ready.Load() {
@@ -112,12 +116,15 @@ func TestFrontDoorDialsAReadyPod(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("served " + r.URL.Path))
 	}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.StartTLS()
 	defer srv.Close()
 	podPort := int32(srv.Listener.Addr().(*net.TCPAddr).Port)
 	require.NoError(t, env.Client.Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Namespace: ns.Name, Name: "apiserver-abcde", Labels: map[string]string{discoveryv1.LabelServiceName: "apiserver"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{podIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("https"), Port: &podPort}},
 	}))
 
@@ -130,7 +137,8 @@ func TestFrontDoorDialsAReadyPod(t *testing.T) {
 	port := <-listening
 	<-listening
 
-	// The client's TLS goes through untouched: it verifies the pod's own certificate.
+	// The client's TLS goes through untouched: it verifies the pod's own certificate (made for
+	// 127.0.0.1, the door's address).
 	got := make(chan string, 1)
 	go func() {
 		resp, err := srv.Client().Get("https://127.0.0.1:" + strconv.Itoa(port) + "/hello")
@@ -179,4 +187,18 @@ func TestSlicesAddresses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, slicesAddresses(tc.slices)) })
 	}
+}
+
+// hostIP is an IPv4 address of this machine other than loopback.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Fatalf("this machine has no IPv4 address but loopback: %v", addrs)
+	return ""
 }
