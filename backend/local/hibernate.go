@@ -108,6 +108,7 @@ func (b *Backend) wake(in *instance, trigger string) {
 	}
 	in.waking = true
 	in.mu.Unlock()
+	b.waking.Add(1)
 	go b.doWake(in, trigger, time.Now())
 }
 
@@ -116,6 +117,7 @@ func (b *Backend) doWake(in *instance, trigger string, began time.Time) {
 		in.mu.Lock()
 		in.waking = false
 		in.mu.Unlock()
+		b.waking.Add(-1)
 	}()
 	uid := in.meta.UID
 	// A place first: a hibernated cluster holds none. Taking it marks the cluster awake, so that

@@ -28,7 +28,10 @@ const (
 	maxBackoff    = 30 * time.Second
 	stableAfter   = 30 * time.Second // a process that ran this long restarts with minBackoff again
 	probeInterval = 100 * time.Millisecond
-	probeTimeout  = 2 * time.Second
+	// kcmHeldForWakes is how long a woken cluster's controller manager waits at most for the other
+	// wakes under way to be served.
+	kcmHeldForWakes = 30 * time.Second
+	probeTimeout    = 2 * time.Second
 	// healthFailures is how many health checks in a row a running controller manager may miss
 	// before it is restarted (as a liveness probe would).
 	healthFailures = 3
@@ -340,11 +343,21 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 	in.mu.Lock()
 	woken := in.woken
 	in.mu.Unlock()
+	held := time.Now()
 	for {
 		// A woken cluster's first requests wait at its front door: its controller manager
-		// starts once the API server serves them, not beside its last steps (2 cores shared).
+		// starts once the API server serves them, not beside its last steps (2 cores shared),
+		// and once no other cluster's wake waits for its API server either (ten woken at once:
+		// their first requests all wait, each within the client's TLS handshake timeout), though
+		// not later than kcmHeldForWakes.
 		if woken && !in.waitServing(ctx, probeInterval) {
 			if ctx.Err() != nil {
+				return nil, nil
+			}
+			continue
+		}
+		if woken && in.b.waking.Load() > 0 && time.Since(held) < kcmHeldForWakes {
+			if !sleep(ctx, probeInterval) {
 				return nil, nil
 			}
 			continue

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -101,8 +102,11 @@ type Backend struct {
 	// waiting for one).
 	doors      map[types.UID]*frontDoor
 	placeFreed chan struct{}
-	// wakeSlots bounds the wakes under way at once to the cores (hibernate.go).
+	// wakeSlots bounds the wakes under way at once to the cores (hibernate.go); waking counts the
+	// wakes asked for whose API server does not serve yet: the woken controller managers start
+	// once it is 0 (instance.startControllerManager).
 	wakeSlots chan struct{}
+	waking    atomic.Int32
 	// pools are the profiles' spec.pool, by profile name (pool.go).
 	pools map[string]*pool
 	// backupMu serializes snapshots: one at a time, whatever the cluster (disk and CPU of the pod).

@@ -59,6 +59,18 @@ func (h *benchHarness) hibernateNow(tb testing.TB, cl *clustersv1alpha1.Cluster)
 	require.Empty(tb, h.b.PIDs(cl.UID), "no process runs")
 }
 
+// cpuSeconds is the CPU time cl's processes have used since they started.
+func (h *benchHarness) cpuSeconds(tb testing.TB, cl *clustersv1alpha1.Cluster) float64 {
+	tb.Helper()
+	var sum float64
+	for name, pid := range h.b.PIDs(cl.UID) {
+		t, err := testenv.CPUSeconds(pid)
+		require.NoError(tb, err, "%s of %s", name, cl.Name)
+		sum += t
+	}
+	return sum
+}
+
 // endpointConfig is the admin's config through cl's endpoint (the front door), as a client of
 // the platform reaches it.
 func (h *benchHarness) endpointConfig(tb testing.TB, cl *clustersv1alpha1.Cluster) *rest.Config {
@@ -94,10 +106,14 @@ func BenchmarkWake(b *testing.B) {
 	cfg := h.endpointConfig(b, cl)
 	for b.Loop() {
 		var wakes, awake []time.Duration
+		var cpuServed, cpuComplete []float64
 		for round := range wakeRounds {
 			// The cluster is complete before each round: a wake redoes nothing of its bootstrap.
 			_, _, err := h.awaitReady(b.Context(), cl)
 			require.NoError(b, err)
+			if round > 0 {
+				cpuComplete = append(cpuComplete, h.cpuSeconds(b, cl))
+			}
 			d, err := firstRequest(b.Context(), cfg)
 			require.NoError(b, err, "round %d: awake", round)
 			awake = append(awake, d)
@@ -105,12 +121,21 @@ func BenchmarkWake(b *testing.B) {
 			d, err = firstRequest(b.Context(), cfg)
 			require.NoError(b, err, "round %d: the first request after hibernation", round)
 			wakes = append(wakes, d)
+			cpuServed = append(cpuServed, h.cpuSeconds(b, cl))
 		}
 		w, a := seconds(wakes), seconds(awake)
 		b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
 		b.ReportMetric(quantile(w, 0.99), "wake-p99-s")
 		b.ReportMetric(w[len(w)-1], "wake-max-s")
 		b.ReportMetric(quantile(a, 0.5), "awake-p50-s")
+		// The CPU a wake costs (its processes start anew): until the first request is answered,
+		// and until the cluster is complete again (the controller manager started).
+		slices.Sort(cpuServed)
+		slices.Sort(cpuComplete)
+		b.ReportMetric(quantile(cpuServed, 0.5), "served-cpu-s")
+		if len(cpuComplete) > 0 {
+			b.ReportMetric(quantile(cpuComplete, 0.5), "complete-cpu-s")
+		}
 	}
 }
 
