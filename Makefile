@@ -72,7 +72,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code, CRDs (deploy/crds), RBAC 
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=deploy/crds
 	$(CONTROLLER_GEN) rbac:roleName=cluster-provider paths=./cmd/... paths=./controllers/... paths=./providerconfig/... output:rbac:artifacts:config=deploy/rbac
-	go run ./hack/crdref -out docs/reference $(REFERENCE_CRDS)
+	go run -race ./hack/crdref -out docs/reference $(REFERENCE_CRDS)
 
 .PHONY: fmt
 fmt: ## Format the code.
@@ -83,8 +83,8 @@ verify: generate ## gofmt, go vet, no tracked file over 1 MiB nor Go file over 5
 	@LINE_LIMIT_STRICT=$(LINE_LIMIT_STRICT) hack/check-file-sizes.sh
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
-	go vet ./...
-	go run ./hack/doclinks
+	go vet -race ./...
+	go run -race ./hack/doclinks
 	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 	  echo "generated files are out of date; run 'make generate' and commit:"; \
 	  git status --porcelain -- $(GENERATED); git diff --stat -- $(GENERATED); exit 1; fi

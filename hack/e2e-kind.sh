@@ -74,8 +74,11 @@ say() { printf '==> %s\n' "$*" >&2; }
 kc() { kubectl --kubeconfig "$kubeconfig" "$@"; }
 
 command -v kubectl >/dev/null || { echo "make e2e-kind needs kubectl on the PATH" >&2; exit 1; }
+# Every Go build here is made with -race, as make verify's go vet and make test's go test are:
+# they share the compiled packages in Go's build cache, so that cold CI compiles the module's
+# dependencies once for all three instead of once more without -race.
 mkdir -p "$bin"
-go build -o "$bin/kindcluster" ./hack/kindcluster
+go build -race -o "$bin/kindcluster" ./hack/kindcluster
 
 cleanup() {
   if [ -n "${provisioner:-}" ]; then
@@ -160,7 +163,7 @@ say "Scenario suite against the deployed operator"
 provider=$(sed -n 's/^PROVIDER_NAME=//p' deploy/default/config.env)
 environment=$(sed -n 's/^ENVIRONMENT=//p' deploy/default/config.env)
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
-  go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
+  go test -race ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
 
 say "The operator as openMCP deploys it: deploy/openmcp through hack/openmcpshape"
 kc -n "$ns" delete deploy/cluster-provider --wait=true
@@ -171,7 +174,7 @@ state_volume cluster-provider-e2e-openmcp-state /var/lib/cluster-provider-openmc
 kc apply -f deploy/openmcp/state.yaml
 # shape FILE PART: the objects openMCP's operator makes of the ClusterProvider in FILE.
 shape() {
-  go run ./hack/openmcpshape --namespace "$omns" --environment "$environment" --image "$IMAGE" \
+  go run -race ./hack/openmcpshape --namespace "$omns" --environment "$environment" --image "$IMAGE" \
     --run-command-extra=--controllers=accessrequest,providerconfig --part "$2" <"$1"
 }
 shape deploy/openmcp/clusterprovider.yaml init | kc apply -f -
@@ -186,7 +189,7 @@ kc apply -f deploy/openmcp/networkpolicy.yaml
 policy_selects "$omns" cp-local cp-local
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
   E2E_OPERATOR_NAMESPACE="$omns" E2E_OPERATOR_DEPLOYMENT=cp-local \
-  go test ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
+  go test -race ./test/e2e/ -run '^TestScenarioOnKind$' -count=1 -v
 say "A rollout of cp-local (RollingUpdate: the new pod starts before the old one stops)"
 selector=app.kubernetes.io/instance=local,app.kubernetes.io/component=controller
 old=$(kc -n "$omns" get pods -l "$selector" -o jsonpath='{.items[*].metadata.name}')
@@ -206,7 +209,7 @@ say "After the rollout, $pod leads ($((i)) s after the rollout finished)"
 kc -n "$omns" delete deploy/cp-local --wait=true
 
 say "The hosted backend as openMCP deploys it: deploy/openmcp/clusterprovider-hosted.yaml"
-go build -o "$bin/localprovisioner" ./hack/localprovisioner
+go build -race -o "$bin/localprovisioner" ./hack/localprovisioner
 "$bin/localprovisioner" --kubeconfig "$kubeconfig" >"$bin/localprovisioner.log" 2>&1 &
 provisioner=$!
 # openMCP's operator makes the init Job anew for the changed ClusterProvider (a Job's pod template
@@ -221,7 +224,7 @@ policy_selects "$omns" cp-local cp-local
 # (cluster-provider init), holds it (docs/security.md).
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME=local E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_SA="system:serviceaccount:$omns:cp-local" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestScenarioHostedOnKind)$' -count=1 -v -timeout 20m
+  go test -race ./test/e2e/ -run '^(TestHostedScopeOnKind|TestScenarioHostedOnKind)$' -count=1 -v -timeout 20m
 kc -n "$omns" delete deploy/cp-local --wait=true
 
 say "The hosted backend: deploy/hosted, each Cluster's control plane as pods of the platform"
@@ -241,16 +244,16 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill|TestHostedHibernationOnKind)$' -count=1 -v -timeout 75m
+  go test -race ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill|TestHostedHibernationOnKind)$' -count=1 -v -timeout 75m
 # Last on the platform: the drill loses a worker for good.
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" S3_SERVER_BINARY="$S3_SERVER_BINARY" \
-  go test ./test/e2e/ -run '^TestHostedNodeLossOnKind$' -count=1 -v -timeout 20m
+  go test -race ./test/e2e/ -run '^TestHostedNodeLossOnKind$' -count=1 -v -timeout 20m
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 
 say "The kind backend for real: Clusters as kind clusters from $KIND_NODE_IMAGE"
-KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m
-KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test ./backend/kind/ -run '^TestRealKind$' -count=1 -v -timeout 20m
+KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m
+KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./backend/kind/ -run '^TestRealKind$' -count=1 -v -timeout 20m
 failed=0
 say "make e2e-kind passed in $((SECONDS - start)) s"
