@@ -84,6 +84,11 @@ cleanup() {
   if [ -n "${provisioner:-}" ]; then
     kill "$provisioner" 2>/dev/null || true
   fi
+  if [ -n "${kindtests:-}" ] && kill -0 "$kindtests" 2>/dev/null; then
+    kill -- -"$kindtests" 2>/dev/null || kill "$kindtests" 2>/dev/null || true
+    say "stopped the kind backend's tests; their output so far:"
+    cat "$kindlog" >&2 || true
+  fi
   if [ "${KEEP:-}" = 1 ]; then
     say "KEEP=1: kind cluster $KIND_CLUSTER stays (kubeconfig $kubeconfig)"
     return
@@ -158,6 +163,18 @@ kc -n "$ns" set image deploy/cluster-provider operator="$IMAGE"
 kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 say "The platform is up with the operator after $((SECONDS - start)) s"
 policy_selects "$ns" cluster-provider cluster-provider
+
+# The kind backend's tests need no platform: they make kind clusters of their own, and mostly wait
+# for them, so they run beside everything below (their output is printed at the end).
+say "The kind backend for real, beside the platform's tests: Clusters as kind clusters from $KIND_NODE_IMAGE"
+kindlog=$bin/e2e-kind-backend.log
+set -m # its own process group: stopped as a whole if this script fails
+(
+  KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m &&
+    KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./backend/kind/ -run '^TestRealKind$' -count=1 -v -timeout 20m
+) >"$kindlog" 2>&1 &
+kindtests=$!
+set +m
 
 say "Scenario suite against the deployed operator"
 provider=$(sed -n 's/^PROVIDER_NAME=//p' deploy/default/config.env)
@@ -244,7 +261,7 @@ kc -n "$ns" rollout status deploy/cluster-provider --timeout=5m
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" E2E_OPERATOR_NEXT_IMAGE="$NEXT_IMAGE" \
   E2E_CONTROLPLANE_PREV_IMAGE="$CONTROLPLANE_PREV_IMAGE" \
-  go test -race ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill|TestHostedHibernationOnKind)$' -count=1 -v -timeout 75m
+  go test -race ./test/e2e/ -run '^(TestHostedScopeOnKind|TestHostedOnKind|TestHostedUpgradeOnKind|TestHostedRenewalOnKind|TestHostedCARotationOnKind|TestHostedHAOnKind|TestHostedHARestoreCordonedOnKind|TestHostedQuorumLossOnKind|TestHostedBackupOnKind|TestHostedRestoreDrill|TestHostedHibernationOnKind)$' -count=1 -v -timeout 75m -parallel 8
 # Last on the platform: the drill loses a worker for good.
 E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT="$environment" \
   E2E_CONTROLPLANE_IMAGE="$CONTROLPLANE_IMAGE" S3_SERVER_BINARY="$S3_SERVER_BINARY" \
@@ -252,8 +269,11 @@ E2E_KIND_KUBECONFIG="$kubeconfig" E2E_PROVIDER_NAME="$provider" E2E_ENVIRONMENT=
 kc -n "$ns" delete deploy/cluster-provider --wait=true
 kill "$provisioner" 2>/dev/null || true
 
-say "The kind backend for real: Clusters as kind clusters from $KIND_NODE_IMAGE"
-KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./test/e2e/ -run '^TestScenarioKindBackend$' -count=1 -v -timeout 20m
-KIND_NODE_IMAGE="$KIND_NODE_IMAGE" go test -race ./backend/kind/ -run '^TestRealKind$' -count=1 -v -timeout 20m
+say "The kind backend's tests (begun beside the platform's)"
+kindrc=0
+wait "$kindtests" || kindrc=$?
+kindtests=""
+cat "$kindlog" >&2
+[ "$kindrc" = 0 ] || { echo "the kind backend's tests failed (exit $kindrc; output above)" >&2; exit 1; }
 failed=0
 say "make e2e-kind passed in $((SECONDS - start)) s"

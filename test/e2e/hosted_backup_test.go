@@ -29,6 +29,7 @@ import (
 // listed in the Cluster's status and in a ConfigMap (kubectl get), the oldest beyond keep removed;
 // they outlive the Cluster, whose snapshot credential goes with it.
 func TestHostedBackupOnKind(t *testing.T) {
+	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
 	pc = pc.DeepCopy()
@@ -124,6 +125,7 @@ func TestHostedBackupOnKind(t *testing.T) {
 // watch from a resourceVersion handed out before the restore ends in 410 Gone; a new Cluster
 // made from the snapshot has the data too.
 func TestHostedRestoreDrill(t *testing.T) {
+	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
 	profile, ns := hostedProfile(t, c, pc.DeepCopy(), "hosted-restore-")

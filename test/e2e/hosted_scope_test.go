@@ -27,6 +27,7 @@ import (
 // can-i). What the hosted backend does in its namespaces stays allowed: the other hosted tests run
 // the operator under the same policy.
 func TestHostedScopeOnKind(t *testing.T) {
+	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, kubeconfig, _ := hostedTarget(t)
 	ctx := context.Background()
 	// deploy/hosted's ServiceAccount, or the one openMCP's operator makes (E2E_OPERATOR_SA).

@@ -32,6 +32,7 @@ import (
 // server pod runs the old one, and the Cluster's version moves only once every pod runs the new
 // image.
 func TestHostedUpgradeOnKind(t *testing.T) {
+	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, _, pc := hostedTarget(t)
 	prevImage := os.Getenv("E2E_CONTROLPLANE_PREV_IMAGE")
 	if prevImage == "" {
