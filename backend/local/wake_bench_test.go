@@ -96,7 +96,7 @@ func seconds(ds []time.Duration) []float64 {
 }
 
 // BenchmarkWake hibernates one complete cluster and measures its first request after, wakeRounds
-// times: wake-p50-s, wake-p99-s, wake-max-s (target: p50 ≤ 1.5 s, p99 ≤ 3 s), and awake-p50-s,
+// times (WAKE_ROUNDS overrides it): wake-p50-s, wake-p99-s, wake-max-s (target: p50 ≤ 1.5 s, p99 ≤ 3 s), and awake-p50-s,
 // the same request to the cluster awake, for comparison.
 func BenchmarkWake(b *testing.B) {
 	h := startBenchBackend(b, 1, nil)
@@ -107,7 +107,7 @@ func BenchmarkWake(b *testing.B) {
 	for b.Loop() {
 		var wakes, awake []time.Duration
 		var cpuServed, cpuComplete []float64
-		for round := range wakeRounds {
+		for round := range envInt(b, "WAKE_ROUNDS", wakeRounds) {
 			// The cluster is complete before each round: a wake redoes nothing of its bootstrap.
 			_, _, err := h.awaitReady(b.Context(), cl)
 			require.NoError(b, err)
@@ -122,6 +122,7 @@ func BenchmarkWake(b *testing.B) {
 			require.NoError(b, err, "round %d: the first request after hibernation", round)
 			wakes = append(wakes, d)
 			cpuServed = append(cpuServed, h.cpuSeconds(b, cl))
+
 		}
 		w, a := seconds(wakes), seconds(awake)
 		b.ReportMetric(quantile(w, 0.5), "wake-p50-s")
