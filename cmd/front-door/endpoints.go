@@ -53,6 +53,9 @@ func (a *apiServers) addresses(ctx context.Context) []string {
 	a.read = time.Now()
 	list, err := a.cs.DiscoveryV1().EndpointSlices(a.namespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + a.svc})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // the connection gave up: nothing to say about the EndpointSlices
+		}
 		if !a.refusedAnnounced {
 			fmt.Fprintf(os.Stderr, "front-door: reading the EndpointSlices of Service %s/%s: %v; woken API servers are reached through the Service only\n", a.namespace, a.svc, err)
 			a.refusedAnnounced = true
