@@ -97,6 +97,11 @@ func (in *instance) waitServing(ctx context.Context, d time.Duration) bool {
 	return false
 }
 
+// kcmHeldForWakes is how long a woken cluster's controller manager waits at most for the other
+// wakes under way to be served (ten woken at once: each first request must be answered within the
+// client's TLS handshake timeout, so the cores go to the API servers first).
+const kcmHeldForWakes = 30 * time.Second
+
 // wake starts waking the hibernated cluster of in, unless it is waking already; it returns at
 // once. The wake waits for a place of --local-max-clusters, issues the certificates that are due,
 // starts the processes and, once the API server serves, records the wake (metric, Notice).

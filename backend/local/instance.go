@@ -28,10 +28,7 @@ const (
 	maxBackoff    = 30 * time.Second
 	stableAfter   = 30 * time.Second // a process that ran this long restarts with minBackoff again
 	probeInterval = 100 * time.Millisecond
-	// kcmHeldForWakes is how long a woken cluster's controller manager waits at most for the other
-	// wakes under way to be served.
-	kcmHeldForWakes = 30 * time.Second
-	probeTimeout    = 2 * time.Second
+	probeTimeout  = 2 * time.Second
 	// healthFailures is how many health checks in a row a running controller manager may miss
 	// before it is restarted (as a liveness probe would).
 	healthFailures = 3
@@ -345,11 +342,8 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 	in.mu.Unlock()
 	held := time.Now()
 	for {
-		// A woken cluster's first requests wait at its front door: its controller manager
-		// starts once the API server serves them, not beside its last steps (2 cores shared),
-		// and once no other cluster's wake waits for its API server either (ten woken at once:
-		// their first requests all wait, each within the client's TLS handshake timeout), though
-		// not later than kcmHeldForWakes.
+		// A woken cluster's controller manager starts once its API server serves the requests
+		// that wait at its front door, and no other wake waits (kcmHeldForWakes): 2 cores shared.
 		if woken && !in.waitServing(ctx, probeInterval) {
 			if ctx.Err() != nil {
 				return nil, nil
