@@ -35,7 +35,6 @@ import (
 // this $E2E_HOSTED_WAKES times (3), for the wake figures; then on demand, with kubectl, an
 // AccessRequest made while it sleeps is granted.
 func TestHostedHibernationOnKind(t *testing.T) {
-	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
 	wakes := 3

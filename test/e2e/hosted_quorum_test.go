@@ -30,7 +30,6 @@ import (
 // none); the nodes uncordoned, the members come back and EtcdHealthy is True again, the Cluster
 // Ready. Figures: how soon the condition followed each way.
 func TestHostedQuorumLossOnKind(t *testing.T) {
-	t.Parallel() // its own Cluster only: beside the others (doc.go)
 	c, kubeconfig, pc := hostedTarget(t)
 	ctx := context.Background()
 	cl := hostedHACluster(t, c, pc, "hosted-quorum-", "quorum")
