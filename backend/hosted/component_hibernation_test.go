@@ -23,6 +23,7 @@ import (
 	providersv1alpha1 "github.com/openmcp-local/cluster-provider/api/providers/v1alpha1"
 	"github.com/openmcp-local/cluster-provider/backend"
 	"github.com/openmcp-local/cluster-provider/backend/frontdoor"
+	"github.com/openmcp-local/cluster-provider/test/testenv"
 )
 
 // doorUsed writes into cl's Lease what a door pod reports (as cmd/front-door does).
@@ -84,9 +85,9 @@ func TestHibernation(t *testing.T) {
 	earlier := FrontDoorClusterRole()
 	earlier.Rules = earlier.Rules[:1]
 	if err := env.Client.Create(t.Context(), earlier); apierrors.IsAlreadyExists(err) {
-		cur := get(t, &rbacv1.ClusterRole{}, "", ClusterRoleFrontDoor)
-		cur.Rules = earlier.Rules
-		require.NoError(t, env.Client.Update(t.Context(), cur))
+		// Another test's backend may bring it up to date meanwhile: retried on conflict.
+		testenv.Update(t.Context(), t, env.Client, get(t, &rbacv1.ClusterRole{}, "", ClusterRoleFrontDoor),
+			func(r *rbacv1.ClusterRole) { r.Rules = earlier.Rules })
 	} else {
 		require.NoError(t, err)
 	}
