@@ -402,8 +402,10 @@ func harden(c *corev1.Container) {
 	}
 }
 
-// goEnv sets a container's Go memory limit to 90 % of its memory limit... as the kubelet gives it:
-// GOMEMLIMIT from the limit (bytes), GOGC 50 as on the local backend.
+// goEnv sets a container's Go memory limit to its memory limit, as the kubelet gives it
+// (GOMEMLIMIT in bytes), and GOGC 50. The local backend starts its API servers with GOGC 200
+// under a lower limit, for faster wakes; here a pod's start waits mostly for its scheduling and
+// its probes, and a change of this environment would roll every API server (docs/hibernation.md).
 func goEnv(container string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "GOMEMLIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{

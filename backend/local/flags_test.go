@@ -174,22 +174,24 @@ func TestBindAddress(t *testing.T) {
 
 func TestTuningEnv(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		tuning   Tuning
-		memLimit string
-		want     []string
+		name           string
+		tuning         Tuning
+		memLimit, gogc string
+		want           []string
 	}{
-		{"nothing", Tuning{}, "", nil},
-		{"memory limit only", Tuning{}, "150MiB", []string{"GOMEMLIMIT=150MiB"}},
-		{"GOGC only", Tuning{GOGC: "50"}, "", []string{"GOGC=50"}},
-		{"both", Tuning{GOGC: "75"}, "48MiB", []string{"GOMEMLIMIT=48MiB", "GOGC=75"}},
-		{"default API server", DefaultTuning, DefaultTuning.APIServerGOMEMLIMIT, []string{"GOMEMLIMIT=160MiB", "GOGC=50"}},
-		{"default etcd", DefaultTuning, DefaultTuning.EtcdGOMEMLIMIT, []string{"GOMEMLIMIT=48MiB", "GOGC=50"}},
-		{"default controller manager", DefaultTuning, DefaultTuning.ControllerManagerGOMEMLIMIT, []string{"GOMEMLIMIT=64MiB", "GOGC=50"}},
-		{"watch cache adds nothing", Tuning{WatchCache: true}, "", nil},
+		{"nothing", Tuning{}, "", "", nil},
+		{"memory limit only", Tuning{}, "150MiB", "", []string{"GOMEMLIMIT=150MiB"}},
+		{"GOGC only", Tuning{GOGC: "50"}, "", "", []string{"GOGC=50"}},
+		{"both", Tuning{GOGC: "75"}, "48MiB", "", []string{"GOMEMLIMIT=48MiB", "GOGC=75"}},
+		{"a process's own GOGC wins", Tuning{GOGC: "75"}, "48MiB", "200", []string{"GOMEMLIMIT=48MiB", "GOGC=200"}},
+		{"a process's own GOGC without a common one", Tuning{}, "", "200", []string{"GOGC=200"}},
+		{"default API server", DefaultTuning, DefaultTuning.APIServerGOMEMLIMIT, DefaultTuning.APIServerGOGC, []string{"GOMEMLIMIT=150MiB", "GOGC=200"}},
+		{"default etcd", DefaultTuning, DefaultTuning.EtcdGOMEMLIMIT, "", []string{"GOMEMLIMIT=48MiB", "GOGC=50"}},
+		{"default controller manager", DefaultTuning, DefaultTuning.ControllerManagerGOMEMLIMIT, "", []string{"GOMEMLIMIT=64MiB", "GOGC=50"}},
+		{"watch cache adds nothing", Tuning{WatchCache: true}, "", "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, tc.tuning.env(tc.memLimit))
+			assert.Equal(t, tc.want, tc.tuning.env(tc.memLimit, tc.gogc))
 		})
 	}
 }

@@ -316,7 +316,7 @@ func exitText(err error) string {
 
 func (in *instance) startEtcd(context.Context) (*process, error) {
 	t := in.b.opts.Tuning
-	return startProcess(in.bins.Etcd(), append(etcdArgs(in.dir, t.etcdQuota()), t.EtcdArgs...), t.env(t.EtcdGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
+	return startProcess(in.bins.Etcd(), append(etcdArgs(in.dir, t.etcdQuota()), t.EtcdArgs...), t.env(t.EtcdGOMEMLIMIT, ""), in.dir, filepath.Join(in.dir, logDir, etcdLogFile))
 }
 
 // startAPIServer starts kube-apiserver. If its port was taken in the meantime by another
@@ -330,7 +330,7 @@ func (in *instance) startAPIServer(context.Context) (*process, error) {
 	in.mu.Unlock()
 	t := in.b.opts.Tuning
 	return startProcess(in.bins.APIServer(), apiServerArgs(in.dir, in.b.opts.AdvertiseHost, in.meta.serviceCIDR(), p, *t, audit),
-		t.env(t.APIServerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, apiLogFile))
+		t.env(t.APIServerGOMEMLIMIT, t.APIServerGOGC), in.dir, filepath.Join(in.dir, logDir, apiLogFile))
 }
 
 // startControllerManager starts kube-controller-manager once the API server answers /healthz: it
@@ -375,7 +375,7 @@ func (in *instance) startControllerManager(ctx context.Context) (*process, error
 	}
 	t := in.b.opts.Tuning
 	return startProcess(in.bins.ControllerManager(), controllerManagerArgs(in.dir, in.meta.serviceCIDR(), p, *t),
-		t.env(t.ControllerManagerGOMEMLIMIT), in.dir, filepath.Join(in.dir, logDir, kcmLogFile))
+		t.env(t.ControllerManagerGOMEMLIMIT, ""), in.dir, filepath.Join(in.dir, logDir, kcmLogFile))
 }
 
 // renewIfDue issues the cluster's leaf certificates anew once the first is due (the lifetime's
