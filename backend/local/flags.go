@@ -60,8 +60,9 @@ func (t Tuning) etcdQuota() int64 {
 // DefaultTuning is what the operator runs with. kube-apiserver collects garbage rarely while it
 // starts (GOGC 200: a quarter of a start's CPU went to the collector at 50) and is held to 150 MiB
 // once it serves, where its memory limit rather than GOGC sets when it collects: a wake 1.3 s
-// instead of 1.7 s, and less memory idle than GOGC 50 under 160 MiB (docs/benchmarks.md
-// "Hibernation").
+// instead of 1.7 s, and less memory idle than GOGC 50 under 160 MiB (docs/benchmarks.md "A faster
+// API server start"). The environment is a process's at its start: the clusters of an upgraded
+// operator take it when it starts them again.
 var DefaultTuning = Tuning{APIServerGOMEMLIMIT: "150MiB", EtcdGOMEMLIMIT: "48MiB", ControllerManagerGOMEMLIMIT: "64MiB", GOGC: "50", APIServerGOGC: "200"}
 
 // env returns the environment entries of a process with the memory limit memLimit and GOGC gogc

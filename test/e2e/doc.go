@@ -6,5 +6,6 @@
 // On the kind platform (make e2e-kind), a hosted test that touches nothing but its own Cluster
 // (no operator flag, image or rollout, no node drained or cordoned) calls t.Parallel: go test runs
 // the others one after the other first, then those together (-parallel in hack/e2e-kind.sh),
-// since they mostly wait for pods, snapshots and timers.
+// since they mostly wait for pods, snapshots and timers. TestHostedHibernationOnKind runs alone
+// too: its wake figures want a quiet platform.
 package e2e
