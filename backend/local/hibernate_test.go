@@ -237,8 +237,10 @@ func TestHibernation(t *testing.T) {
 	})
 
 	t.Run("hibernated clusters hold no place; a wake waits for one", func(t *testing.T) {
+		// Of a profile without hibernation: with the test's 3 s idleAfter, it would hibernate
+		// itself within the wait below and free its place.
 		other := newCluster("other")
-		h.awaitOn(be, other, want, "another cluster in the place the hibernated one left", complete)
+		h.awaitOn(h.b, other, want, "another cluster in the place the hibernated one left", complete)
 		type answer struct {
 			took time.Duration
 			err  error
