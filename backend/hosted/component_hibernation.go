@@ -25,6 +25,12 @@ import (
 // the record loses its hibernation and the later components scale etcd and the API servers up,
 // both at once (the API server retries etcd until it answers), while the door holds the
 // connection until the API server takes it.
+//
+// The idle clock starts when the control plane last began to serve behind its door (the record's
+// WokeAt: the first time, or after a wake) at the latest, so that one slow to start is not
+// hibernated the moment it serves. Before an idle hibernation the door's Lease is read again from
+// the host's API server, not the cache; a connection the door reports open while the control
+// plane sleeps for idleness wakes it, even one opened just before the scale-down.
 type hibernationComponent struct{}
 
 func (hibernationComponent) name() string { return "hibernation" }
@@ -73,7 +79,7 @@ func (hibernationComponent) step(ctx context.Context, sc *scope) (result, error)
 		}
 		return result{}, nil
 	}
-	use, err := sc.doorUse(ctx)
+	use, err := sc.doorUse(ctx, sc.h.cache)
 	if err != nil {
 		return result{}, err
 	}
@@ -90,6 +96,9 @@ func (hibernationComponent) step(ctx context.Context, sc *scope) (result, error)
 			sc.wake(backend.TriggerAnnotation, now)
 		case demand != backend.HibernatePinned && use.lastOpened.After(h.Since):
 			sc.wake(backend.TriggerRequest, use.lastOpened)
+		case demand != backend.HibernatePinned && h.Reason == backend.ReasonIdle && use.open > 0:
+			// A connection the door reported after the last read before the scale-down.
+			sc.wake(backend.TriggerRequest, now)
 		case demand != backend.HibernatePinned && (sc.b.wantedAwake(sc.cl.UID) || sc.ps.Restore != nil || sc.change != nil && !sc.change.Refused):
 			sc.wake(backend.TriggerOperator, now) // an OIDC configuration, a snapshot, a restore, an upgrade
 		default:
@@ -109,10 +118,11 @@ func (hibernationComponent) step(ctx context.Context, sc *scope) (result, error)
 			"Woke from hibernation (%s): the API server served %.1f s after it was asked for; data, endpoint, CA and kubeconfigs are those from before.",
 			backend.WakeWhy(w.Trigger), took.Seconds())})
 		ps.Waking, ps.WokeAt = nil, &now
+	} else if serving && s.DoorServes && ps.WokeAt == nil {
+		ps.WokeAt = &now // first served behind its door: the idle clock starts here at the latest
 	}
-	if ps.WokeAt != nil && ps.WokeAt.After(use.lastUsed) {
-		use.lastUsed = *ps.WokeAt
-	}
+	// Idle: no connection open, and none opened or closed for idleAfter since it began to serve.
+	idleNow := func(u doorUse) bool { return idle > 0 && u.open == 0 && now.Sub(u.since(ps.WokeAt)) >= idle }
 	reason := ""
 	switch {
 	case demand == "":
@@ -120,11 +130,21 @@ func (hibernationComponent) step(ctx context.Context, sc *scope) (result, error)
 	case demand != ps.Demanded:
 		reason = backend.ReasonOnDemand // a new demand, carried out once the control plane serves
 	}
-	if reason == "" && idle > 0 && use.open == 0 && now.Sub(use.lastUsed) >= idle {
+	if reason == "" && idleNow(use) {
 		reason = backend.ReasonIdle
 	}
 	// Only behind a door that serves: the endpoint must answer while the control plane sleeps.
-	if reason != "" && serving && s.DoorServes && ps.UpgradeFrom == "" && ps.Restore == nil {
+	canSleep := serving && s.DoorServes && ps.UpgradeFrom == "" && ps.Restore == nil
+	if reason == backend.ReasonIdle && canSleep {
+		// The cache may lag behind the door's last report: idle only if the host says so too.
+		if use, err = sc.doorUse(ctx, sc.h.client); err != nil {
+			return result{}, err
+		}
+		if !idleNow(use) {
+			reason = ""
+		}
+	}
+	if reason != "" && canSleep {
 		ps.Demanded = demand
 		ps.Hibernated = &hibernation{Since: now, Reason: reason}
 		s.Hibernated = true
@@ -142,7 +162,7 @@ func (hibernationComponent) step(ctx context.Context, sc *scope) (result, error)
 		sc.hibPart = &p
 	}
 	if idle > 0 && use.open == 0 {
-		sc.retryWithin(time.Until(use.lastUsed.Add(idle)) + time.Second)
+		sc.retryWithin(time.Until(use.since(ps.WokeAt).Add(idle)) + time.Second)
 	}
 	return result{}, nil
 }
@@ -197,10 +217,20 @@ type doorUse struct {
 	lastOpened, lastUsed time.Time
 }
 
-func (sc *scope) doorUse(ctx context.Context) (doorUse, error) {
+// since is when the idle clock started: the door's last use, or wokeAt (when the control plane
+// last began to serve) if later.
+func (u doorUse) since(wokeAt *time.Time) time.Time {
+	if wokeAt != nil && wokeAt.After(u.lastUsed) {
+		return *wokeAt
+	}
+	return u.lastUsed
+}
+
+// doorUse reads the Lease from r (the cache, or the host's API server); the pods from the cache.
+func (sc *scope) doorUse(ctx context.Context, r client.Reader) (doorUse, error) {
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: sc.s.Namespace, Name: NameFrontDoor}
-	if err := sc.h.cache.Get(ctx, key, lease); err != nil {
+	if err := r.Get(ctx, key, lease); err != nil {
 		if apierrors.IsNotFound(err) {
 			return doorUse{lastUsed: time.Now()}, nil // just made: not in the cache yet
 		}

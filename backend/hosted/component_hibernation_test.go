@@ -194,6 +194,21 @@ func TestHibernation(t *testing.T) {
 	assert.Equal(t, backend.ReasonIdle, hibernatedPart(s).Reason)
 	assert.Contains(t, hibernatedPart(s).Message, "after 1s without a client")
 
+	// A connection the door reports open while it sleeps for idleness wakes it, even one that
+	// opened before the hibernation: the door's report came after the last read before the
+	// scale-down.
+	wakes = backend.Wakes(Name, backend.TriggerRequest)
+	doorUsed(t, cl, "front-door-a", frontdoor.Usage{Open: 1, LastOpened: opened, LastUsed: time.Now()})
+	h.leaseSeen(t, cl, `"open":1`)
+	s = h.ensure(t, cl)
+	assert.Equal(t, backend.ReasonWaking, s.Reason, "a connection open at the door wakes an idle hibernation")
+	awake(t, cl)
+	h.ensureUntil(t, cl, "served", func(s backend.State) bool { return s.Reason == backend.ReasonRunning })
+	assert.Equal(t, wakes+1, backend.Wakes(Name, backend.TriggerRequest))
+	doorUsed(t, cl, "front-door-a", frontdoor.Usage{Open: 0, LastOpened: opened, LastUsed: time.Now().Add(-time.Minute)})
+	s = h.ensureUntil(t, cl, "idle again", func(s backend.State) bool { return s.Reason == backend.ReasonHibernated })
+	assert.Equal(t, backend.ReasonIdle, hibernatedPart(s).Reason)
+
 	// The operator's own need wakes it: an OIDC configuration for its API servers.
 	wakes = backend.Wakes(Name, backend.TriggerOperator)
 	// (It cannot read the metrics of an API server that envtest does not run: an error here.)
@@ -336,4 +351,36 @@ func TestHibernationTurnedOff(t *testing.T) {
 	ext := get(t, &corev1.Service{}, NamespaceFor(cl.UID), NameExternal)
 	assert.Equal(t, ComponentAPIServer, ext.Spec.Selector[LabelComponent], "the endpoint selects the API servers again")
 	assert.Nil(t, record(t, cl).Hibernated)
+}
+
+// TestHibernationIdleClockStartsAtFirstServe: a control plane that first serves more than
+// idleAfter after its door's Lease was made (a slow start) is not hibernated the moment it
+// serves: its idle clock starts there, and it hibernates once idle for idleAfter from then.
+func TestHibernationIdleClockStartsAtFirstServe(t *testing.T) {
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{IdleAfter: &metav1.Duration{Duration: time.Second}}
+	cl := newCluster("slow-start")
+	ns := NamespaceFor(cl.UID)
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	h.ensure(t, cl)
+	lease := get(t, &coordinationv1.Lease{}, ns, NameFrontDoor)
+	// The start is slower than idleAfter: the Lease (the idle clock's start before this fix) is
+	// two idleAfters old before the control plane serves.
+	require.Eventually(t, func() bool { return time.Since(lease.CreationTimestamp.Time) > 2*time.Second },
+		10*time.Second, 50*time.Millisecond)
+	awake(t, cl)
+	// The first Ensure that finds it serving behind its door decides.
+	s := h.ensureUntil(t, cl, "serving behind its door", func(s backend.State) bool {
+		return s.Ready && (s.Reason == backend.ReasonRunning || s.Reason == backend.ReasonHibernated) &&
+			get(t, &corev1.Service{}, ns, NameExternal).Spec.Selector[LabelComponent] == ComponentFrontDoor
+	})
+	assert.Equal(t, backend.ReasonRunning, s.Reason, "not hibernated the moment it first serves")
+	ps := record(t, cl)
+	require.NotNil(t, ps.WokeAt, "the record keeps when it first served: a restarted operator keeps the clock")
+	assert.True(t, ps.WokeAt.After(lease.CreationTimestamp.Time.Add(2*time.Second)), "%v", ps.WokeAt)
+
+	s = h.ensureUntil(t, cl, "idle a second after it first served", func(s backend.State) bool { return s.Reason == backend.ReasonHibernated })
+	assert.Equal(t, backend.ReasonIdle, hibernatedPart(s).Reason)
 }

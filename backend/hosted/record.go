@@ -72,8 +72,9 @@ type providerStatus struct {
 	// Demanded is the value of annotation backend.AnnotationHibernate last acted on: a value
 	// hibernates the control plane once, when it appears (a request may wake it after).
 	Demanded string `json:"demanded,omitempty"`
-	// WokeAt is when the control plane last served after a wake: its idle clock starts there at
-	// the latest (a wake for the operator's need has no client).
+	// WokeAt is when the control plane last began to serve behind its door: the first time, or
+	// after a wake. Its idle clock starts there at the latest (a control plane slow to start, or
+	// woken for the operator's need, has had no client yet).
 	WokeAt *time.Time `json:"wokeAt,omitempty"`
 }
 

@@ -349,8 +349,13 @@ func (b *Backend) hibernateIdle(ctx context.Context) {
 			}
 			last, idle := d.IdleSince()
 			in.mu.Lock()
-			if in.started.After(last) {
-				last = in.started
+			// The idle clock starts when the run is first seen complete at the latest: a start
+			// slower than idleAfter is not hibernated the moment it serves.
+			if in.served.IsZero() && in.api.Ready && in.kcm.Ready {
+				in.served = now
+			}
+			if in.served.After(last) {
+				last = in.served
 			}
 			p := b.pools[in.meta.Spare]
 			spare := p != nil && p.Hibernated // a spare kept hibernated once made (pool.go)

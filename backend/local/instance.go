@@ -97,7 +97,7 @@ type instance struct {
 	// for a cluster adopted hibernated: it never ran here). A wake starts a new run.
 	cancel  context.CancelFunc
 	done    chan struct{}
-	started time.Time // when the current run started
+	served  time.Time // when the idle loop first saw the current run complete: the idle clock's start
 	// readyCh, when not nil, is closed when the API server is next declared Ready (waitServing).
 	readyCh chan struct{}
 	// Hibernation (hibernate.go): idleAfter is the profile's spec.hibernation.idleAfter; waking
@@ -207,7 +207,7 @@ func (in *instance) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	in.mu.Lock()
-	in.cancel, in.done, in.started = cancel, done, time.Now()
+	in.cancel, in.done, in.served = cancel, done, time.Time{}
 	in.mu.Unlock()
 	go in.run(ctx, done)
 }
