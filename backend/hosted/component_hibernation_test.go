@@ -62,6 +62,24 @@ func (h *harness) ensureUntil(t *testing.T, cl *clustersv1alpha1.Cluster, what s
 	return s
 }
 
+// hibernatingBackend is a backend whose ProviderConfig gives its control planes a front door and
+// etcd on a claim: they hibernate on demand, and once idle for idleAfter if set.
+func hibernatingBackend(t *testing.T, idleAfter *metav1.Duration) *harness {
+	t.Helper()
+	h := startBackend(t)
+	h.pc.Spec.Hosted.StorageClassName = "standard"
+	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{IdleAfter: idleAfter}
+	return h
+}
+
+// etcdServes ensures cl, has its etcd serve, and ensures it again: its API servers are made.
+func (h *harness) etcdServes(t *testing.T, cl *clustersv1alpha1.Cluster) {
+	t.Helper()
+	h.ensure(t, cl)
+	h.etcdUp(t, cl)
+	h.ensure(t, cl)
+}
+
 func replicas(t *testing.T, cl *clustersv1alpha1.Cluster) (etcd, api, door int32) {
 	t.Helper()
 	ns := NamespaceFor(cl.UID)
@@ -77,9 +95,7 @@ func hibernatedPart(s backend.State) *backend.Part { return s.Part(backend.PartH
 // pinned one stays asleep through connections and wakes when the annotation goes, and the
 // operator's own need (an OIDC configuration) wakes it.
 func TestHibernation(t *testing.T) {
-	h := startBackend(t)
-	h.pc.Spec.Hosted.StorageClassName = "standard"
-	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+	h := hibernatingBackend(t, nil)
 	// An earlier version's role (the Lease only), made by the operator of another test or by hand:
 	// brought up to date.
 	earlier := FrontDoorClusterRole()
@@ -93,9 +109,7 @@ func TestHibernation(t *testing.T) {
 	}
 	cl := newCluster("sleepy")
 	ns := NamespaceFor(cl.UID)
-	h.ensure(t, cl)
-	h.etcdUp(t, cl)
-	h.ensure(t, cl)
+	h.etcdServes(t, cl)
 	ext := get(t, &corev1.Service{}, ns, NameExternal)
 	assert.Equal(t, ComponentAPIServer, ext.Spec.Selector[LabelComponent], "the endpoint selects the API servers until the door serves")
 	awake(t, cl)
@@ -247,9 +261,7 @@ func TestHibernationNeedsADoorAndAClaim(t *testing.T) {
 	h := startBackend(t)
 	cl := newCluster("nodoor")
 	cl.Annotations = map[string]string{backend.AnnotationHibernate: backend.HibernateNow}
-	h.ensure(t, cl)
-	h.etcdUp(t, cl)
-	h.ensure(t, cl)
+	h.etcdServes(t, cl)
 	rolledOutNow(t, cl)
 	s := h.ensureUntil(t, cl, "Ready", func(s backend.State) bool { return s.Ready && s.Reason == backend.ReasonRunning })
 	require.NotNil(t, hibernatedPart(s))
@@ -301,14 +313,10 @@ func (h *harness) leaseSeen(t *testing.T, cl *clustersv1alpha1.Cluster, what str
 // Ensure runs any more) wakes it by itself: the record says it wakes and etcd and the API server
 // are scaled up; the snapshot is in progress meanwhile.
 func TestSnapshotWakes(t *testing.T) {
-	h := startBackend(t)
-	h.pc.Spec.Hosted.StorageClassName = "standard"
-	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+	h := hibernatingBackend(t, nil)
 	cl := newCluster("snapshot-wakes")
 	cl.Annotations = map[string]string{backend.AnnotationHibernate: backend.HibernateNow}
-	h.ensure(t, cl)
-	h.etcdUp(t, cl)
-	h.ensure(t, cl)
+	h.etcdServes(t, cl)
 	// Serving, but its door does not yet: the demand waits (the endpoint must answer asleep).
 	rolledOutNow(t, cl)
 	s := h.ensureUntil(t, cl, "Ready", func(s backend.State) bool { return s.Ready && s.Reason == backend.ReasonRunning })
@@ -332,14 +340,10 @@ func TestSnapshotWakes(t *testing.T) {
 // control plane wakes it (no door would answer for it) and the endpoint goes back to the API
 // servers, the door at zero.
 func TestHibernationTurnedOff(t *testing.T) {
-	h := startBackend(t)
-	h.pc.Spec.Hosted.StorageClassName = "standard"
-	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{}
+	h := hibernatingBackend(t, nil)
 	cl := newCluster("turned-off")
 	cl.Annotations = map[string]string{backend.AnnotationHibernate: backend.HibernateNow}
-	h.ensure(t, cl)
-	h.etcdUp(t, cl)
-	h.ensure(t, cl)
+	h.etcdServes(t, cl)
 	awake(t, cl)
 	h.ensureUntil(t, cl, "hibernated", func(s backend.State) bool { return s.Reason == backend.ReasonHibernated })
 
@@ -357,14 +361,10 @@ func TestHibernationTurnedOff(t *testing.T) {
 // idleAfter after its door's Lease was made (a slow start) is not hibernated the moment it
 // serves: its idle clock starts there, and it hibernates once idle for idleAfter from then.
 func TestHibernationIdleClockStartsAtFirstServe(t *testing.T) {
-	h := startBackend(t)
-	h.pc.Spec.Hosted.StorageClassName = "standard"
-	h.pc.Spec.Hibernation = &providersv1alpha1.HibernationPolicy{IdleAfter: &metav1.Duration{Duration: time.Second}}
+	h := hibernatingBackend(t, &metav1.Duration{Duration: time.Second})
 	cl := newCluster("slow-start")
 	ns := NamespaceFor(cl.UID)
-	h.ensure(t, cl)
-	h.etcdUp(t, cl)
-	h.ensure(t, cl)
+	h.etcdServes(t, cl)
 	lease := get(t, &coordinationv1.Lease{}, ns, NameFrontDoor)
 	// The start is slower than idleAfter: the Lease (the idle clock's start before this fix) is
 	// two idleAfters old before the control plane serves.

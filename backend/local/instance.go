@@ -95,9 +95,9 @@ type instance struct {
 
 	// cancel ends the processes of the current run, done is closed when they have stopped (nil
 	// for a cluster adopted hibernated: it never ran here). A wake starts a new run.
-	cancel  context.CancelFunc
-	done    chan struct{}
-	served  time.Time // when the idle loop first saw the current run complete: the idle clock's start
+	cancel context.CancelFunc
+	done   chan struct{}
+	served time.Time // when the idle loop first saw the current run complete: the idle clock's start
 	// readyCh, when not nil, is closed when the API server is next declared Ready (waitServing).
 	readyCh chan struct{}
 	// Hibernation (hibernate.go): idleAfter is the profile's spec.hibernation.idleAfter; waking
